@@ -1,0 +1,2 @@
+//! Placeholder until the benches land.
+fn main() {}
