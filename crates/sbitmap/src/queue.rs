@@ -40,7 +40,7 @@ use core::task::{Context, Poll, Waker};
 use crossbeam_utils::CachePadded;
 
 use crate::map::{BitBatch, Sbitmap, SbitmapBuilder, SbitmapDump};
-use crate::sync::{AtomicUsize, Lock, Ordering};
+use crate::sync::{AtomicUsize, Lock, Ordering, seqcst_pair};
 use crate::{AllocHint, SbitmapError};
 
 /// The number of wait queues.
@@ -305,6 +305,7 @@ impl<R: lock_api::RawMutex> SbitmapQueue<R> {
     #[inline]
     fn wake_up(&self, nr: usize) {
         // SeqCst: pairs with the waiter's increment (see the module documentation).
+        seqcst_pair();
         if self.ws_active.load(Ordering::SeqCst) == 0 {
             return;
         }
@@ -659,6 +660,7 @@ impl<R: lock_api::RawMutex> Waiter<'_, R> {
             self.active = true;
         }
         self.register(cx.waker());
+        seqcst_pair();
         // Retry after registering: a free that came before our registration either left its
         // bit for us to find here, or saw us in `ws_active` and will count towards a wake-up.
         if let Some(bit) = self.try_get() {

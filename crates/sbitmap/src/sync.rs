@@ -18,6 +18,21 @@ pub(crate) fn spin_hint() {
     loom::thread::yield_now();
 }
 
+/// Orders a preceding sequentially consistent access before a following one, as loom needs.
+///
+/// The wake-up protocol of `SbitmapQueue` is Dekker's pattern: a freer sets its bit then reads
+/// the waiter count, a waiter raises the count then re-reads the bitmap, and every one of
+/// those accesses is `SeqCst`, which forbids both sides missing each other. Loom models
+/// `SeqCst` accesses as acquire/release only (it would report that impossible outcome), but
+/// models `SeqCst` fences exactly; so under loom this is a `SeqCst` fence between the two
+/// accesses, and on real hardware it is nothing, because the accesses already are `SeqCst`
+/// (an x86 locked RMW is a full barrier; a fence here would cost an `mfence` per free).
+#[inline(always)]
+pub(crate) fn seqcst_pair() {
+    #[cfg(loom)]
+    loom::sync::atomic::fence(Ordering::SeqCst);
+}
+
 /// A mutual-exclusion lock over `T` whose raw lock is chosen by the integrator.
 ///
 /// Outside loom this is `lock_api::Mutex<R, T>`. Under loom, `R` is ignored and loom's own
