@@ -169,8 +169,12 @@ fn low_mask(n: usize) -> usize {
 
 /// A lock-free scalable bitmap: bits are allocated and freed from many threads at once.
 ///
-/// This is the allocator under every tag set of blkmq: a bit is a tag. See the
-/// [module documentation](self) for how it avoids contention.
+/// This is the allocator under every tag set of blkmq: a bit is a tag. Bits live in words of
+/// `1 << shift` bits, each on its own cache line; each caller starts on the word its
+/// [`AllocHint`] names. A free sets the bit in a per-word *deferred* mask on a second cache
+/// line, so frees do not bounce the line allocators contend on; an allocator that finds a word
+/// full moves the deferred frees into it under a small per-word lock, which closes the race
+/// that let a waiter miss the last free bit (Linux hung this way until 2024).
 ///
 /// # Example
 ///
@@ -690,10 +694,11 @@ impl Sbitmap {
     ///
     /// # Errors
     /// [`SbitmapError::BadBatch`] when the offset is not the start of a word or the mask
-    /// reaches past the word or the capacity: nothing is freed. [`SbitmapError::NotAllocated`]
-    /// names the first bit of the batch that was visibly free: when it was free in the word,
-    /// nothing is freed; when it was already waiting to be cleared (a double put racing the
-    /// first), the batch's other bits are freed and that bit is left as it was.
+    /// reaches past the word or the capacity, and [`SbitmapError::NotAllocated`] naming the
+    /// first bit of the batch that is visibly free (clear in the word, or already put and
+    /// waiting to be cleared). Nothing is freed then. Only a double put that races the first
+    /// put of the same bit can slip past that check; it is still reported, and the batch's
+    /// other bits are freed.
     pub fn put_batch(&self, batch: BitBatch, hint: &AllocHint) -> Result<(), SbitmapError> {
         self.free_batch(batch)?;
         if !self.round_robin && batch.offset < self.depth() {
@@ -716,10 +721,12 @@ impl Sbitmap {
             return Err(bad);
         }
         let word = &self.words[index];
-        let missing = mask & !word.bits.load(Ordering::Relaxed);
-        if missing != 0 {
+        // A bit is visibly free when it is clear in the word or its free is still pending.
+        let free =
+            !word.bits.load(Ordering::Relaxed) | word.pending.cleared.load(Ordering::Relaxed);
+        if mask & free != 0 {
             return Err(SbitmapError::NotAllocated {
-                bit: offset + missing.trailing_zeros() as usize,
+                bit: offset + (mask & free).trailing_zeros() as usize,
             });
         }
         let twice = word.pending.cleared.fetch_or(mask, Ordering::SeqCst) & mask;

@@ -219,7 +219,7 @@ impl<R: lock_api::RawMutex> SbitmapQueue<R> {
     ///
     /// # Errors
     /// [`SbitmapError::ShallowBelowMinimum`] when `shallow_depth` is below the declared
-    /// `min_shallow_depth` (by default nothing is declared, so any cap below the depth is
+    /// `min_shallow_depth` (by default nothing is declared, so any cap below the capacity is
     /// refused) — such a caller could wait for a batch that never fills.
     ///
     /// ```
@@ -242,7 +242,9 @@ impl<R: lock_api::RawMutex> SbitmapQueue<R> {
 
     fn check_shallow(&self, shallow_depth: usize) -> Result<(), SbitmapError> {
         let min_shallow_depth = self.min_shallow_depth.load(Ordering::Relaxed);
-        if shallow_depth < self.map.depth() && shallow_depth < min_shallow_depth {
+        // Against the capacity, not the current depth: a resize may grow the depth under a
+        // waiter, turning its cap into a real limit.
+        if shallow_depth < self.map.capacity() && shallow_depth < min_shallow_depth {
             return Err(SbitmapError::ShallowBelowMinimum {
                 shallow_depth,
                 min_shallow_depth,
@@ -294,7 +296,8 @@ impl<R: lock_api::RawMutex> SbitmapQueue<R> {
     /// As [`Sbitmap::put_batch`].
     pub fn put_batch(&self, batch: BitBatch, hint: &AllocHint) -> Result<(), SbitmapError> {
         let freed = self.map.put_batch(batch, hint);
-        // Even a partly failed batch freed bits; count what it held so no waiter misses them.
+        // A double put that races the first frees the batch's other bits and still fails
+        // (see `Sbitmap::put_batch`): count the batch then too, so no waiter misses them.
         if freed.is_ok() || matches!(freed, Err(SbitmapError::NotAllocated { .. })) {
             self.wake_up(batch.len());
         }

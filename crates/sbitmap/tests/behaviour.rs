@@ -269,9 +269,9 @@ fn bad_batches_are_reported() {
         map.put_batch(BitBatch::new(16, 0b110), &hint),
         Err(SbitmapError::NotAllocated { bit: 17 })
     );
-    // Bit 17 was already freed; bit 18 of the same batch is freed all the same.
-    assert_eq!(map.weight(), 37);
-    assert_eq!(map.test_bit(18), Ok(false));
+    // Bit 17 was already freed: the batch fails whole, and bit 18 stays allocated.
+    assert_eq!(map.weight(), 38);
+    assert_eq!(map.test_bit(18), Ok(true));
     assert_eq!(map.put_batch(BitBatch::default(), &hint), Ok(()));
 }
 
