@@ -106,11 +106,13 @@ impl Word {
             }
             let nr = free.trailing_zeros() as usize;
             let mask = 1usize << nr;
-            let prev = self.bits.fetch_or(mask, Ordering::Acquire);
-            if prev & mask == 0 {
+            // Test only our bit of the old value, so this compiles to one `lock bts` rather
+            // than a compare-exchange loop.
+            if self.bits.fetch_or(mask, Ordering::Acquire) & mask == 0 {
                 return Some(nr);
             }
-            val = prev | mask;
+            // Taken under us: look further along the same snapshot.
+            val |= mask;
         }
     }
 
@@ -454,6 +456,13 @@ impl Sbitmap {
     pub fn get(&self, hint: &AllocHint) -> Option<usize> {
         let depth = self.depth();
         let start = self.start_bit(hint, depth);
+        if !self.round_robin {
+            // The common case: a free bit in the hint's word. The hint stays as it is.
+            let index = start >> self.shift;
+            if let Some(nr) = self.words[index].take_in(self.window(index, depth)) {
+                return Some((index << self.shift) + nr);
+            }
+        }
         let nr = if self.round_robin {
             self.find_round_robin(depth, start)
         } else {
@@ -677,6 +686,8 @@ impl Sbitmap {
         }
         let word = &self.words[bit >> self.shift];
         let mask = 1usize << (bit & (self.bits_per_word() - 1));
+        // Checked before the free is published: once it is in `cleared`, a concurrent deferred
+        // clear may move it, and the word no longer tells whether the bit was ours to free.
         if word.bits.load(Ordering::Relaxed) & mask == 0 {
             return Err(SbitmapError::NotAllocated { bit });
         }

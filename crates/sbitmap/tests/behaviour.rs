@@ -557,7 +557,7 @@ fn resizing_a_queue_wakes_its_waiters() {
 #[test]
 fn threads_never_share_a_bit() {
     const THREADS: usize = 4;
-    const ROUNDS: usize = 20_000;
+    const ROUNDS: usize = 200_000;
     let map = Arc::new(Sbitmap::new(8).unwrap());
     let owned: Arc<Vec<AtomicBool>> = Arc::new((0..8).map(|_| AtomicBool::new(false)).collect());
     let start = Arc::new(Barrier::new(THREADS));
