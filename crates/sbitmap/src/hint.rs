@@ -31,10 +31,29 @@ impl AllocHint {
     /// A hint whose starting point is a well-mixed function of `seed` (a CPU number, say), so
     /// that hints created from consecutive seeds start on unrelated words.
     ///
-    /// The value is reduced modulo the bitmap's depth on first use, so one hint suits a bitmap
-    /// of any depth.
+    /// A value beyond the bitmap's depth is read as a fraction of the map (`value / 2^32`) on
+    /// first use, so one hint suits a bitmap of any depth.
     pub fn new(seed: u64) -> Self {
         Self::at(mix(seed) as u32)
+    }
+
+    /// The hint of CPU `index` out of `count`, spreading the CPUs evenly over the map: CPU
+    /// `i` starts `i / count` of the way into it, whatever its depth. Unlike hashed seeds,
+    /// no two CPUs share a starting word while there are at least as many words as CPUs.
+    ///
+    /// ```
+    /// use blkmq_sbitmap::{AllocHint, Sbitmap};
+    ///
+    /// let map = Sbitmap::new(256).unwrap(); // four words of 64 bits
+    /// let starts: Vec<usize> =
+    ///     (0..4).map(|cpu| map.get(&AllocHint::spread(cpu, 4)).unwrap()).collect();
+    /// assert_eq!(starts, vec![0, 64, 128, 192]);
+    /// ```
+    pub fn spread(index: usize, count: usize) -> Self {
+        let count = count.max(1) as u64;
+        let index = (index as u64) % count;
+        // A fraction of 2^32; `Sbitmap` maps it onto `0..depth` (see `reduce`).
+        Self::at(((index << 32) / count) as u32)
     }
 
     /// A hint that starts exactly at `bit`.
@@ -51,7 +70,8 @@ impl AllocHint {
         }
     }
 
-    /// The bit the next allocation will start from (before reduction to the depth).
+    /// The bit the next allocation will start from; a value beyond the depth stands for a
+    /// fraction of the map, `value / 2^32`.
     ///
     /// ```
     /// use blkmq_sbitmap::AllocHint;

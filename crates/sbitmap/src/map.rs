@@ -96,7 +96,7 @@ impl Word {
     }
 
     /// Sets the lowest free bit of `window`.
-    #[inline]
+    #[inline(always)]
     fn take_in(&self, window: usize) -> Option<usize> {
         let mut val = self.bits.load(Ordering::Relaxed);
         loop {
@@ -425,14 +425,15 @@ impl Sbitmap {
         low_mask((depth - (index << self.shift)).min(1 << self.shift))
     }
 
-    /// The hint's bit, reduced into `0..depth` (and written back) when it lies outside.
-    #[inline]
+    /// The hint's bit. A value outside `0..depth` is a fraction of the map, `value / 2^32`:
+    /// it is mapped onto the same fraction of the depth (and written back).
+    #[inline(always)]
     fn start_bit(&self, hint: &AllocHint, depth: usize) -> usize {
         let h = hint.value() as usize;
         if h < depth {
             return h;
         }
-        let h = h % depth;
+        let h = ((h as u64 * depth as u64) >> 32) as usize;
         hint.set(h);
         h
     }
@@ -452,7 +453,7 @@ impl Sbitmap {
     /// assert!(bit < 8);
     /// assert_eq!(map.test_bit(bit), Ok(true));
     /// ```
-    #[inline]
+    #[inline(always)]
     pub fn get(&self, hint: &AllocHint) -> Option<usize> {
         let depth = self.depth();
         let start = self.start_bit(hint, depth);
@@ -463,6 +464,12 @@ impl Sbitmap {
                 return Some((index << self.shift) + nr);
             }
         }
+        self.get_slow(hint, depth, start)
+    }
+
+    /// The rest of [`get`](Self::get): deferred clears, other words, round-robin order.
+    #[inline(never)]
+    fn get_slow(&self, hint: &AllocHint, depth: usize, start: usize) -> Option<usize> {
         let nr = if self.round_robin {
             self.find_round_robin(depth, start)
         } else {
@@ -666,17 +673,18 @@ impl Sbitmap {
     /// assert_eq!(map.put(bit, &hint), Err(SbitmapError::NotAllocated { bit }));
     /// assert_eq!(map.put(16, &hint), Err(SbitmapError::OutOfRange { bit: 16, depth: 16 }));
     /// ```
-    #[inline]
+    #[inline(always)]
     pub fn put(&self, bit: usize, hint: &AllocHint) -> Result<(), SbitmapError> {
         self.free(bit)?;
-        if !self.round_robin && bit < self.depth() {
+        // A bit above a shrunken depth is fine here too: the next get reduces the hint.
+        if !self.round_robin {
             hint.set(bit);
         }
         Ok(())
     }
 
     /// Frees `bit` into its word's deferred-clear mask.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn free(&self, bit: usize) -> Result<(), SbitmapError> {
         if bit >= self.capacity {
             return Err(SbitmapError::OutOfRange {

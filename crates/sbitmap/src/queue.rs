@@ -210,7 +210,7 @@ impl<R: lock_api::RawMutex> SbitmapQueue<R> {
     /// assert_eq!(queue.get(&hint), Some(0));
     /// assert_eq!(queue.get(&hint), None);
     /// ```
-    #[inline]
+    #[inline(always)]
     pub fn get(&self, hint: &AllocHint) -> Option<usize> {
         self.map.get(hint)
     }
@@ -283,7 +283,7 @@ impl<R: lock_api::RawMutex> SbitmapQueue<R> {
     /// assert!(queue.put(tag, &hint).is_ok());
     /// assert!(queue.put(tag, &hint).is_err());
     /// ```
-    #[inline]
+    #[inline(always)]
     pub fn put(&self, bit: usize, hint: &AllocHint) -> Result<(), SbitmapError> {
         self.map.put(bit, hint)?;
         self.wake_up(1);
@@ -305,7 +305,7 @@ impl<R: lock_api::RawMutex> SbitmapQueue<R> {
     }
 
     /// Counts `nr` frees and wakes a batch of waiters when enough have accumulated.
-    #[inline]
+    #[inline(always)]
     fn wake_up(&self, nr: usize) {
         // SeqCst: pairs with the waiter's increment (see the module documentation).
         seqcst_pair();

@@ -11,6 +11,17 @@ use super::waiting::{Waiting, wake_batch_for};
 use super::{BogusBatch, BogusPut, Config, NR_HINTS, Op};
 use crate::{AllocHint, BitBatch, SbitmapError};
 
+/// Where a get starts for a hint value: the bit itself, or for a value beyond the depth the
+/// same fraction (`value / 2^32`) of the depth.
+pub(super) fn start_bit(value: u32, depth: usize) -> usize {
+    let value = value as usize;
+    if value < depth {
+        value
+    } else {
+        ((value as u128 * depth as u128) >> 32) as usize
+    }
+}
+
 /// Executes ops against one target and the model.
 pub(super) struct Runner<'q, T> {
     pub(super) target: &'q T,
@@ -89,7 +100,7 @@ impl<'q, T: Target> Runner<'q, T> {
 
     /// The bit a get through `hint` starts from.
     fn start(&self, hint: &AllocHint) -> usize {
-        hint.value() as usize % self.model.depth
+        start_bit(hint.value(), self.model.depth)
     }
 
     fn step(&mut self, op: &Op) -> Result<(), String> {

@@ -154,7 +154,7 @@ impl<T: Target> Runner<'_, T> {
             return Ok(false);
         };
         let w = &mut waiting.waiters[i];
-        let start = w.hint.value() as usize % self.model.depth;
+        let start = super::runner::start_bit(w.hint.value(), self.model.depth);
         let region = w.region();
         let mut cx = Context::from_waker(&w.waker);
         let poll = w.waiter.poll_get(&mut cx);
