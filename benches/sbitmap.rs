@@ -344,4 +344,69 @@ fn main() {
     get_put_2t(&mut c);
     batch8(&mut c);
     c.final_summary();
+    summary();
+}
+
+/// The median of one benchmark from criterion's saved estimates, in ns.
+fn median(group: &str, function: &str) -> Option<f64> {
+    let home = std::env::var_os("CRITERION_HOME")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            let target = std::env::var_os("CARGO_TARGET_DIR").unwrap_or_else(|| "target".into());
+            std::path::Path::new(&target).join("criterion")
+        });
+    let path = home
+        .join(group.replace('/', "_"))
+        .join(function)
+        .join("new/estimates.json");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
+    json["median"]["point_estimate"].as_f64()
+}
+
+/// Prints the ratios the project tracks, when every benchmark they need ran.
+fn summary() {
+    let mut rows = Vec::new();
+    for depth in DEPTHS {
+        let one = format!("get_put_1t/depth={depth}");
+        let two = format!("get_put_2t/depth={depth}");
+        let batch = format!("batch8/depth={depth}");
+        let m = |g: &str, f: &str| median(g, f);
+        let (Some(b1), Some(q1), Some(c1), Some(f1)) = (
+            m(&one, "blkmq"),
+            m(&one, "blkmq_queue"),
+            m(&one, "sbitmap_crate"),
+            m(&one, "floor"),
+        ) else {
+            return;
+        };
+        let (Some(b2), Some(a2), Some(x2)) = (
+            m(&two, "blkmq"),
+            m(&two, "arrayqueue"),
+            m(&two, "mutex_bitmap"),
+        ) else {
+            return;
+        };
+        let (Some(gb), Some(gs)) = (m(&batch, "get_batch_8"), m(&batch, "get_single_x8")) else {
+            return;
+        };
+        rows.push(format!(
+            "| {depth:>5} | {b1:>5.2} | {:>5.2} | {:>5.2} | {:>5.2} | {b2:>5.2} | {:>5.1} | {:>5.1} | {:>5.2} |",
+            b1 / c1,
+            b1 / f1,
+            q1 / f1,
+            a2 / b2,
+            x2 / b2,
+            gb / gs,
+        ));
+    }
+    println!();
+    println!("Summary (criterion medians; ratios of time, so lower is better for blkmq / peer):");
+    println!(
+        "| depth | 1t ns | 1t / sbitmap crate | 1t / floor | queue 1t / floor | 2t ns | 2t speed-up vs ArrayQueue | 2t speed-up vs Mutex | get_batch(8) / 8 gets |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for row in rows {
+        println!("{row}");
+    }
 }
