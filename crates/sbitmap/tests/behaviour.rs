@@ -153,6 +153,26 @@ fn hints_from_different_seeds_start_on_different_words() {
 }
 
 #[test]
+fn spread_hints_give_each_cpu_its_own_word() {
+    for (depth, cpus) in [(32, 4), (256, 4), (4096, 16), (4096, 64), (100, 3)] {
+        let map = Sbitmap::new(depth).unwrap();
+        let words: BTreeSet<usize> = (0..cpus)
+            .map(|cpu| map.get(&AllocHint::spread(cpu, cpus)).unwrap() >> map.shift())
+            .collect();
+        assert_eq!(words.len(), cpus, "depth {depth}, {cpus} CPUs: {words:?}");
+    }
+    // More CPUs than words: they share, evenly.
+    let map = Sbitmap::new(32).unwrap();
+    let per_word: Vec<usize> = (0..8)
+        .map(|cpu| AllocHint::spread(cpu, 8))
+        .map(|hint| map.get(&hint).unwrap() >> map.shift())
+        .collect();
+    assert_eq!(per_word, vec![0, 0, 1, 1, 2, 2, 3, 3]);
+    // Degenerate counts are tolerated.
+    assert_eq!(AllocHint::spread(5, 0).value(), 0);
+}
+
+#[test]
 fn a_hint_beyond_the_depth_is_reduced() {
     let map = Sbitmap::new(8).unwrap();
     let hint = AllocHint::at(1_000_003);
