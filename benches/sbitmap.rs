@@ -345,6 +345,102 @@ fn main() {
     batch8(&mut c);
     c.final_summary();
     summary();
+    if std::env::args().skip(1).all(|a| a.starts_with('-')) {
+        paired_summary();
+    }
+}
+
+/// Rounds of each paired comparison.
+const PAIRED_ROUNDS: usize = 41;
+
+/// Get+put pairs per thread in one round of a paired comparison.
+const PAIRED_PAIRS: u64 = 200_000;
+
+/// One thread doing `iters` get+put pairs; returns the time it took.
+fn one_thread<A: GetPut>(imp: &A, iters: u64) -> Duration {
+    let mut local = imp.local(0);
+    let start = Instant::now();
+    for _ in 0..iters {
+        imp.get_put(&mut local);
+    }
+    start.elapsed()
+}
+
+/// `iters` rounds of eight tags taken and given back, as a batch or one by one.
+fn batch_rounds(map: &Sbitmap, iters: u64, batched: bool) -> Duration {
+    let hint = AllocHint::new(0);
+    let start = Instant::now();
+    for _ in 0..iters {
+        if batched {
+            let batch = map.get_batch(&hint, BATCH).expect("a free word");
+            map.put_batch(batch, &hint).unwrap();
+        } else {
+            let mut bits = [0usize; BATCH];
+            for bit in &mut bits {
+                *bit = map.get(&hint).expect("a free bit");
+            }
+            for bit in bits {
+                map.put(bit, &hint).unwrap();
+            }
+        }
+    }
+    start.elapsed()
+}
+
+/// The median over rounds of `time(a) / time(b)`, the two run back to back in each round
+/// (in alternating order). A shared virtual machine has slow phases lasting seconds, which
+/// move criterion's separate medians by a third; within one round they hit both sides.
+fn paired_ratio(mut a: impl FnMut() -> Duration, mut b: impl FnMut() -> Duration) -> f64 {
+    a();
+    b();
+    let mut ratios: Vec<f64> = (0..PAIRED_ROUNDS)
+        .map(|round| {
+            let (ta, tb) = if round % 2 == 0 {
+                let ta = a();
+                (ta, b())
+            } else {
+                let tb = b();
+                (a(), tb)
+            };
+            ta.as_secs_f64() / tb.as_secs_f64()
+        })
+        .collect();
+    ratios.sort_by(f64::total_cmp);
+    ratios[ratios.len() / 2]
+}
+
+/// The tracked ratios again, each measured as a paired comparison (see [`paired_ratio`]).
+/// Runs after a full, unfiltered bench run.
+fn paired_summary() {
+    println!();
+    println!(
+        "Paired ratios (median of {PAIRED_ROUNDS} back-to-back rounds of {PAIRED_PAIRS} pairs):"
+    );
+    println!(
+        "| depth | 1t / sbitmap crate | 1t / floor | queue 1t / floor | 2t speed-up vs ArrayQueue | 2t speed-up vs Mutex | get_batch(8) / 8 gets |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|");
+    let n = PAIRED_PAIRS;
+    for depth in DEPTHS {
+        let map = Sbitmap::new(depth).unwrap();
+        let queue: SbitmapQueue = SbitmapQueue::new(depth).unwrap();
+        let krate = CrateSbitmap::new(depth);
+        let free = FreeList::new(depth);
+        let mutex = MutexBitmap::new(depth);
+        let crate_1t = paired_ratio(|| one_thread(&map, n), || one_thread(&krate, n));
+        let floor_1t = paired_ratio(|| one_thread(&map, n), || one_thread(&Floor, n));
+        let queue_floor_1t = paired_ratio(|| one_thread(&queue, n), || one_thread(&Floor, n));
+        let vs_free_2t = paired_ratio(|| two_threads(&free, n), || two_threads(&map, n));
+        let vs_mutex_2t =
+            paired_ratio(|| two_threads(&mutex, n / 10), || two_threads(&map, n / 10));
+        let batch = paired_ratio(
+            || batch_rounds(&map, n / 8, true),
+            || batch_rounds(&map, n / 8, false),
+        );
+        println!(
+            "| {depth:>5} | {crate_1t:>5.2} | {floor_1t:>5.2} | {queue_floor_1t:>5.2} | {vs_free_2t:>5.1} | {vs_mutex_2t:>5.1} | {batch:>5.2} |"
+        );
+    }
 }
 
 /// The median of one benchmark from criterion's saved estimates, in ns.

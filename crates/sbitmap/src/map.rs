@@ -470,11 +470,7 @@ impl Sbitmap {
     /// The rest of [`get`](Self::get): deferred clears, other words, round-robin order.
     #[inline(never)]
     fn get_slow(&self, hint: &AllocHint, depth: usize, start: usize) -> Option<usize> {
-        let nr = if self.round_robin {
-            self.find_round_robin(depth, start)
-        } else {
-            self.find(depth, start, None)
-        };
+        let nr = self.find(depth, start, None, self.round_robin);
         self.hint_after_get(hint, depth, start, nr);
         nr
     }
@@ -508,7 +504,7 @@ impl Sbitmap {
             return None;
         }
         let start = self.start_bit(hint, depth);
-        let nr = self.find(depth, start, Some(shallow_depth));
+        let nr = self.find(depth, start, Some(shallow_depth), false);
         self.hint_after_get(hint, depth, start, nr);
         nr
     }
@@ -523,53 +519,61 @@ impl Sbitmap {
         low_mask(share as usize)
     }
 
-    /// Searches every word from the hint's word on, each from its first bit.
-    #[inline]
-    fn find(&self, depth: usize, start: usize, shallow: Option<usize>) -> Option<usize> {
-        let nr_words = self.words_for(depth);
-        let mut index = start >> self.shift;
-        for _ in 0..nr_words {
-            let window = match shallow {
-                None => self.window(index, depth),
-                Some(s) => self.shallow_window(index, depth, s),
-            };
-            if window != 0
-                && let Some(nr) = self.words[index].get(window)
-            {
-                return Some((index << self.shift) + nr);
-            }
-            index += 1;
+    /// The words a search visits, each with the mask of its bits below `limit`: from
+    /// `start`'s word on, wrapping. With `from_bit` the walk is in strict bit order from
+    /// `start`: its own word only from `start` on, and last that word's bits before `start`.
+    fn walk(
+        &self,
+        limit: usize,
+        start: usize,
+        from_bit: bool,
+    ) -> impl Iterator<Item = (usize, usize)> + '_ {
+        let nr_words = self.words_for(limit);
+        let first = start >> self.shift;
+        let offset = if from_bit {
+            start & (self.bits_per_word() - 1)
+        } else {
+            0
+        };
+        let visits = if offset == 0 { nr_words } else { nr_words + 1 };
+        (0..visits).map(move |i| {
+            let mut index = first + i;
             if index >= nr_words {
-                index = 0;
+                index -= nr_words;
             }
-        }
-        None
+            let window = self.window(index, limit);
+            let window = if i == 0 {
+                window & !low_mask(offset)
+            } else if i == nr_words {
+                window & low_mask(offset)
+            } else {
+                window
+            };
+            (index, window)
+        })
     }
 
-    /// Searches from exactly the hint's bit, in bit order, wrapping once.
-    fn find_round_robin(&self, depth: usize, start: usize) -> Option<usize> {
-        let nr_words = self.words_for(depth);
-        let first = start >> self.shift;
-        let offset = start & (self.bits_per_word() - 1);
-        let mut index = first;
-        for i in 0..=nr_words {
-            let window = self.window(index, depth);
-            let window = match i {
-                0 => window & !low_mask(offset),
-                i if i == nr_words => window & low_mask(offset),
-                _ => window,
-            };
-            if window != 0
-                && let Some(nr) = self.words[index].get(window)
-            {
-                return Some((index << self.shift) + nr);
-            }
-            index += 1;
-            if index >= nr_words {
-                index = 0;
-            }
-        }
-        None
+    /// Allocates from the first word of the walk with a free bit in its window (its shallow
+    /// share when `shallow` is given).
+    fn find(
+        &self,
+        depth: usize,
+        start: usize,
+        shallow: Option<usize>,
+        from_bit: bool,
+    ) -> Option<usize> {
+        self.walk(depth, start, from_bit)
+            .find_map(|(index, window)| {
+                let window = match shallow {
+                    None => window,
+                    Some(s) => self.shallow_window(index, depth, s),
+                };
+                if window == 0 {
+                    return None;
+                }
+                let nr = self.words[index].get(window)?;
+                Some((index << self.shift) + nr)
+            })
     }
 
     #[inline]
@@ -839,17 +843,7 @@ impl Sbitmap {
     /// ```
     pub fn for_each_set(&self, start: usize, mut f: impl FnMut(usize) -> bool) {
         let start = if start < self.capacity { start } else { 0 };
-        let first = start >> self.shift;
-        let offset = start & (self.bits_per_word() - 1);
-        let nr_words = self.words.len();
-        let mut index = first;
-        for i in 0..=nr_words {
-            let window = self.window(index, self.capacity);
-            let window = match i {
-                0 => window & !low_mask(offset),
-                i if i == nr_words => window & low_mask(offset),
-                _ => window,
-            };
+        for (index, window) in self.walk(self.capacity, start, true) {
             let mut set = self.words[index].busy() & window;
             while set != 0 {
                 let nr = set.trailing_zeros() as usize;
@@ -857,10 +851,6 @@ impl Sbitmap {
                 if !f((index << self.shift) + nr) {
                     return;
                 }
-            }
-            index += 1;
-            if index >= nr_words {
-                index = 0;
             }
         }
     }

@@ -134,6 +134,32 @@ fn calc_wake_batch(depth: usize, min_shallow_depth: usize) -> usize {
     (depth.min(min_shallow_depth) / WAIT_QUEUES).clamp(1, MAX_WAKE_BATCH)
 }
 
+/// Wakes up to `nr` sleepers from the head of one wait queue and returns how many it woke.
+/// Wakers are taken out under the lock, a batch at a time, and woken after it is released.
+fn wake_from<R: lock_api::RawMutex>(queue: &Lock<R, WaitList>, nr: usize) -> usize {
+    let mut woken = 0;
+    while woken < nr {
+        let mut wakers: [Option<Waker>; MAX_WAKE_BATCH] = Default::default();
+        let mut taken = 0;
+        {
+            let mut list = queue.lock();
+            while taken < (nr - woken).min(MAX_WAKE_BATCH) {
+                let Some(entry) = list.entries.pop_front() else {
+                    break;
+                };
+                wakers[taken] = Some(entry.waker);
+                taken += 1;
+            }
+        }
+        wakers.into_iter().flatten().for_each(Waker::wake);
+        woken += taken;
+        if taken < MAX_WAKE_BATCH {
+            break;
+        }
+    }
+    woken
+}
+
 impl SbitmapQueue<DefaultRawMutex> {
     /// A queue over a bitmap of `depth` bits, with the default word size and lock.
     ///
@@ -339,7 +365,6 @@ impl<R: lock_api::RawMutex> SbitmapQueue<R> {
     }
 
     /// Wakes up to `nr` waiters, starting with the wait queue after the one woken last.
-    /// Wakers are taken out under each queue's lock and woken after it is released.
     fn wake_waiters(&self, mut nr: usize) {
         let mut index = self.wake_index.load(Ordering::Relaxed);
         let start = index;
@@ -348,27 +373,7 @@ impl<R: lock_api::RawMutex> SbitmapQueue<R> {
             // Advance first: the next batch starts on the next queue even if this one still
             // has sleepers, so no queue is drained before the others get a turn.
             index = (index + 1) % WAIT_QUEUES;
-            while nr > 0 {
-                let mut wakers: [Option<Waker>; MAX_WAKE_BATCH] = Default::default();
-                let mut taken = 0;
-                {
-                    let mut list = queue.lock();
-                    while taken < nr.min(MAX_WAKE_BATCH) {
-                        match list.entries.pop_front() {
-                            Some(e) => {
-                                wakers[taken] = Some(e.waker);
-                                taken += 1;
-                            }
-                            None => break,
-                        }
-                    }
-                }
-                nr -= taken;
-                wakers.into_iter().flatten().for_each(Waker::wake);
-                if taken < MAX_WAKE_BATCH {
-                    break;
-                }
-            }
+            nr -= wake_from(queue, nr);
             if nr == 0 {
                 break;
             }
@@ -390,28 +395,8 @@ impl<R: lock_api::RawMutex> SbitmapQueue<R> {
         for queue in self.queues.iter() {
             // Wake only those registered now; anyone registering meanwhile has retried after
             // registering and needs no wake-up from us.
-            let mut left = queue.lock().entries.len();
-            while left > 0 {
-                let mut wakers: [Option<Waker>; MAX_WAKE_BATCH] = Default::default();
-                let mut taken = 0;
-                {
-                    let mut list = queue.lock();
-                    while taken < left.min(MAX_WAKE_BATCH) {
-                        match list.entries.pop_front() {
-                            Some(e) => {
-                                wakers[taken] = Some(e.waker);
-                                taken += 1;
-                            }
-                            None => break,
-                        }
-                    }
-                }
-                wakers.into_iter().flatten().for_each(Waker::wake);
-                if taken == 0 {
-                    break;
-                }
-                left -= taken;
-            }
+            let registered = queue.lock().entries.len();
+            wake_from(queue, registered);
         }
     }
 
