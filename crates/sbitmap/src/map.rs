@@ -118,7 +118,7 @@ impl Word {
 
     /// Sets one free bit of `window`, moving deferred clears into the word while that may
     /// uncover one.
-    #[inline]
+    #[inline(always)]
     fn get(&self, window: usize) -> Option<usize> {
         loop {
             if let Some(nr) = self.take_in(window) {
@@ -137,13 +137,14 @@ impl Word {
     fn deferred_clear(&self, window: usize) -> bool {
         let _guard = self.lock_swap();
         // SeqCst: the waiter side of the wake-up protocol reads frees from here (see
-        // `SbitmapQueue`); it pairs with the SeqCst RMW in `free`.
-        if self.pending.cleared.load(Ordering::SeqCst) == 0 {
+        // `SbitmapQueue`); it pairs with the SeqCst RMW in `free`. Acquire for the data of
+        // the freed tags, which their next owners will read.
+        let freed = self.pending.cleared.swap(0, Ordering::SeqCst);
+        if freed == 0 {
             // Nothing pending. Under the lock no clear is half done, so this read of the
             // word is the truth.
             return self.bits.load(Ordering::Acquire) & window != window;
         }
-        let freed = self.pending.cleared.swap(0, Ordering::AcqRel);
         self.bits.fetch_and(!freed, Ordering::Release);
         true
     }
@@ -458,9 +459,10 @@ impl Sbitmap {
         let depth = self.depth();
         let start = self.start_bit(hint, depth);
         if !self.round_robin {
-            // The common case: a free bit in the hint's word. The hint stays as it is.
+            // The common case: a free bit in the hint's word, perhaps after moving its
+            // deferred frees in. The hint stays as it is.
             let index = start >> self.shift;
-            if let Some(nr) = self.words[index].take_in(self.window(index, depth)) {
+            if let Some(nr) = self.words[index].get(self.window(index, depth)) {
                 return Some((index << self.shift) + nr);
             }
         }
