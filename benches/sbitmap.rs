@@ -67,33 +67,26 @@ trait GetPut: Sync {
     fn get_put(&self, local: &mut Self::Local);
 }
 
-impl GetPut for Sbitmap {
-    type Local = AllocHint;
+/// blkmq's bitmap and its waiting queue have the same get and put.
+macro_rules! blkmq_get_put {
+    ($($ty:ty),*) => {$(
+        impl GetPut for $ty {
+            type Local = AllocHint;
 
-    fn local(&self, thread: u64) -> AllocHint {
-        AllocHint::spread(thread as usize, THREADS)
-    }
+            fn local(&self, thread: u64) -> AllocHint {
+                AllocHint::spread(thread as usize, THREADS)
+            }
 
-    #[inline]
-    fn get_put(&self, hint: &mut AllocHint) {
-        let bit = self.get(hint).expect("a free bit");
-        self.put(bit, hint).expect("an allocated bit");
-    }
+            #[inline]
+            fn get_put(&self, hint: &mut AllocHint) {
+                let bit = self.get(hint).expect("a free bit");
+                self.put(bit, hint).expect("an allocated bit");
+            }
+        }
+    )*};
 }
 
-impl GetPut for SbitmapQueue {
-    type Local = AllocHint;
-
-    fn local(&self, thread: u64) -> AllocHint {
-        AllocHint::spread(thread as usize, THREADS)
-    }
-
-    #[inline]
-    fn get_put(&self, hint: &mut AllocHint) {
-        let bit = self.get(hint).expect("a free bit");
-        self.put(bit, hint).expect("an allocated bit");
-    }
-}
+blkmq_get_put!(Sbitmap, SbitmapQueue);
 
 /// The crates.io `sbitmap` crate; it does not know its depth's hint range, so keep it.
 struct CrateSbitmap {
