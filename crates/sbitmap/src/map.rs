@@ -71,6 +71,16 @@ impl Drop for SwapGuard<'_> {
     }
 }
 
+/// What a deferred clear found.
+enum Cleared {
+    /// Frees were moved in, and this one of them was kept for the caller.
+    Kept(usize),
+    /// Frees were moved in (or another clear had just done so): the word may have room.
+    Retry,
+    /// Nothing was pending and the window is full.
+    Full,
+}
+
 impl Word {
     fn new() -> Self {
         Self {
@@ -124,17 +134,19 @@ impl Word {
             if let Some(nr) = self.take_in(window) {
                 return Some(nr);
             }
-            if !self.deferred_clear(window) {
-                return None;
+            match self.deferred_clear(window, true) {
+                Cleared::Kept(nr) => return Some(nr),
+                Cleared::Retry => {}
+                Cleared::Full => return None,
             }
         }
     }
 
-    /// Moves the freed bits into the word. Returns whether a retry may find a free bit of
-    /// `window`: true when bits were moved, or when another allocator's clear had already
-    /// freed some.
+    /// Moves the freed bits into the word, under the swap lock. With `keep`, one freed bit of
+    /// `window` is left set and handed to the caller, which saves it a second atomic on the
+    /// word.
     #[cold]
-    fn deferred_clear(&self, window: usize) -> bool {
+    fn deferred_clear(&self, window: usize, keep: bool) -> Cleared {
         let _guard = self.lock_swap();
         // SeqCst: the waiter side of the wake-up protocol reads frees from here (see
         // `SbitmapQueue`); it pairs with the SeqCst RMW in `free`. Acquire for the data of
@@ -143,10 +155,22 @@ impl Word {
         if freed == 0 {
             // Nothing pending. Under the lock no clear is half done, so this read of the
             // word is the truth.
-            return self.bits.load(Ordering::Acquire) & window != window;
+            return if self.bits.load(Ordering::Acquire) & window != window {
+                Cleared::Retry
+            } else {
+                Cleared::Full
+            };
         }
-        self.bits.fetch_and(!freed, Ordering::Release);
-        true
+        let ours = if keep { freed & window } else { 0 };
+        if ours == 0 {
+            self.bits.fetch_and(!freed, Ordering::Release);
+            return Cleared::Retry;
+        }
+        // The lowest freed bit stays set: it passes straight from its last owner to us.
+        let nr = ours.trailing_zeros() as usize;
+        self.bits
+            .fetch_and(!(freed & !(1 << nr)), Ordering::Release);
+        Cleared::Kept(nr)
     }
 
     /// Allocated bits: set in the word and not waiting to be cleared.
@@ -627,7 +651,7 @@ impl Sbitmap {
             loop {
                 let free = !val & window;
                 if free == 0 {
-                    if word.deferred_clear(window) {
+                    if matches!(word.deferred_clear(window, false), Cleared::Retry) {
                         val = word.bits.load(Ordering::Relaxed);
                         continue;
                     }
@@ -888,7 +912,7 @@ impl Sbitmap {
             });
         }
         for word in self.words.iter() {
-            word.deferred_clear(0);
+            word.deferred_clear(0, false);
         }
         self.depth.store(depth, Ordering::Relaxed);
         Ok(())
