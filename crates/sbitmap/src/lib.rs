@@ -52,6 +52,8 @@ mod sync;
 pub use error::SbitmapError;
 pub use hint::AllocHint;
 pub use map::{BitBatch, MAX_DEPTH, Sbitmap, SbitmapBuilder, SbitmapDump};
+#[cfg(all(feature = "std", not(loom)))]
+pub use park::block_on;
 pub use queue::{
     DefaultRawMutex, GetFuture, MAX_WAKE_BATCH, QueueDump, SbitmapQueue, WAIT_QUEUES, Waiter,
 };

@@ -26,8 +26,17 @@ std::thread_local! {
     static WAKER: Waker = Waker::from(Arc::new(Unparker(thread::current())));
 }
 
-/// Polls `future` to completion, parking between polls. A spurious unpark only costs a poll.
-pub(crate) fn block_on<F: Future>(future: F) -> F::Output {
+/// Runs `future` to completion on the calling thread, parking it between polls (`std` only).
+///
+/// The waker is made once per thread, so blocking allocates nothing after a thread's first
+/// wait. A spurious unpark only costs a poll. The layers above use it for their blocking
+/// allocations.
+///
+/// ```
+/// let answer = blkmq_sbitmap::block_on(async { 42 });
+/// assert_eq!(answer, 42);
+/// ```
+pub fn block_on<F: Future>(future: F) -> F::Output {
     let mut future = pin!(future);
     WAKER.with(|waker| {
         let mut cx = Context::from_waker(waker);

@@ -638,7 +638,49 @@ impl<R: lock_api::RawMutex> Waiter<'_, R> {
     ///
     /// Once it has returned `Ready`, the waiter is spent: further calls allocate again.
     pub fn poll_get(&mut self, cx: &mut Context<'_>) -> Poll<usize> {
-        if let Some(bit) = self.try_get() {
+        self.poll_inner(cx, |waiter| waiter.try_get())
+    }
+
+    /// As [`poll_get`](Self::poll_get), but `attempt` makes each try, for callers that gate
+    /// an allocation on more than the bitmap (a fair share of a shared tag space, say).
+    ///
+    /// `attempt` runs once before registering and once after. A condition it checks must be
+    /// made true only by something that then frees a bit of this queue (or calls
+    /// [`SbitmapQueue::wake_all`]), with a sequentially consistent write before that free:
+    /// that is what guarantees the second try, or a wake-up, sees it.
+    ///
+    /// ```
+    /// use blkmq_sbitmap::{AllocHint, SbitmapQueue};
+    /// use std::task::{Context, Poll, Waker};
+    ///
+    /// use std::cell::Cell;
+    ///
+    /// let queue: SbitmapQueue = SbitmapQueue::new(8).unwrap();
+    /// let hint = AllocHint::new(0);
+    /// let open = Cell::new(false); // a gate beside the bitmap
+    /// let attempt = || if open.get() { queue.get(&hint) } else { None };
+    /// let mut waiter = queue.waiter(&hint);
+    /// let mut cx = Context::from_waker(Waker::noop());
+    /// assert!(waiter.poll_get_with(&mut cx, attempt).is_pending());
+    /// assert_eq!(queue.waiters(), 1);
+    /// open.set(true);
+    /// assert!(waiter.poll_get_with(&mut cx, attempt).is_ready());
+    /// assert_eq!(queue.waiters(), 0);
+    /// ```
+    pub fn poll_get_with<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        mut attempt: impl FnMut() -> Option<T>,
+    ) -> Poll<T> {
+        self.poll_inner(cx, |_| attempt())
+    }
+
+    fn poll_inner<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        mut attempt: impl FnMut(&Self) -> Option<T>,
+    ) -> Poll<T> {
+        if let Some(bit) = attempt(self) {
             self.withdraw();
             return Poll::Ready(bit);
         }
@@ -651,7 +693,7 @@ impl<R: lock_api::RawMutex> Waiter<'_, R> {
         seqcst_pair();
         // Retry after registering: a free that came before our registration either left its
         // bit for us to find here, or saw us in `ws_active` and will count towards a wake-up.
-        if let Some(bit) = self.try_get() {
+        if let Some(bit) = attempt(self) {
             self.withdraw();
             return Poll::Ready(bit);
         }
