@@ -4,6 +4,8 @@
 //!
 //! * [`sbitmap`] — the lock-free scalable bitmap and its waiting queue, the allocator under
 //!   every tag set.
+//! * everything of `blkmq-core` at the top level — the [`Platform`], [`Bio`]s, [`Request`]s
+//!   and [`TagSet`]s (per hardware queue or shared host tags).
 //!
 //! ```
 //! use blkmq::sbitmap::{AllocHint, Sbitmap};
@@ -15,4 +17,5 @@
 
 #![no_std]
 
+pub use blkmq_core::*;
 pub use blkmq_sbitmap as sbitmap;

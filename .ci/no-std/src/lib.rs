@@ -65,3 +65,52 @@ pub extern "C" fn blkmq_no_std_sbitmap_queue(depth: usize) -> isize {
 pub extern "C" fn blkmq_no_std_facade() -> usize {
     blkmq::sbitmap::WAIT_QUEUES
 }
+
+/// A platform with one CPU and no clock, as a bare-metal integrator might start.
+struct OneCpu;
+
+impl blkmq_core::Platform for OneCpu {
+    type RawMutex = spin::mutex::SpinMutex<()>;
+
+    fn nr_cpus(&self) -> usize {
+        1
+    }
+
+    fn current_cpu(&self) -> usize {
+        0
+    }
+
+    fn now_ns(&self) -> u64 {
+        0
+    }
+
+    fn kick(&self, _hctx: usize) {}
+}
+
+/// Builds a shared-host-tags set, allocates and completes one request; returns its tag, or -1.
+#[unsafe(no_mangle)]
+pub extern "C" fn blkmq_no_std_tag_set(depth: usize, hw_queues: usize) -> isize {
+    use blkmq_core::{Alloc, Bio, Op, Status, TagSet, TagSetFlags};
+
+    let Ok(set) = TagSet::builder(depth)
+        .hw_queues(hw_queues)
+        .flags(TagSetFlags::SHARED_HOST_TAGS)
+        .build(OneCpu, |init| init.tag)
+    else {
+        return -1;
+    };
+    let Ok(queue) = set.attach() else {
+        return -1;
+    };
+    let Ok(mut rq) = queue.alloc(&Alloc::new(0, 0)) else {
+        return -1;
+    };
+    let tag = rq.tag() as isize;
+    if queue.set_bio(&mut rq, Bio::new(Op::Read, 0, 8)).is_err() {
+        return -1;
+    }
+    match queue.complete(rq, Status::Ok) {
+        Ok(()) => tag,
+        Err(_) => -1,
+    }
+}

@@ -1,0 +1,353 @@
+//! Block I/O as a submitter hands it in: [`Bio`], its operation, flags and priority, and the
+//! [`Status`] it completes with.
+
+use core::fmt;
+
+use crate::error::ConfigError;
+
+/// What a [`Bio`] asks the device to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum Op {
+    /// Read sectors into the bio's buffer.
+    Read = 0,
+    /// Write the bio's buffer to sectors.
+    Write = 1,
+    /// Flush the device's volatile cache; carries no data.
+    Flush = 2,
+    /// Tell the device that sectors no longer hold data.
+    Discard = 3,
+    /// Write zeroes to sectors without a data buffer.
+    WriteZeroes = 4,
+}
+
+impl Op {
+    /// Whether the operation changes the medium (everything but [`Op::Read`]).
+    ///
+    /// ```
+    /// use blkmq_core::Op;
+    /// assert!(!Op::Read.is_write());
+    /// assert!(Op::Discard.is_write());
+    /// ```
+    pub const fn is_write(self) -> bool {
+        !matches!(self, Op::Read)
+    }
+
+    /// Whether the operation moves data between memory and the device.
+    ///
+    /// ```
+    /// use blkmq_core::Op;
+    /// assert!(Op::Write.has_data());
+    /// assert!(!Op::WriteZeroes.has_data());
+    /// ```
+    pub const fn has_data(self) -> bool {
+        matches!(self, Op::Read | Op::Write)
+    }
+}
+
+bitflags::bitflags! {
+    /// Modifiers of a [`Bio`] (Linux's `REQ_*` flags).
+    ///
+    /// ```
+    /// use blkmq_core::BioFlags;
+    /// let flags = BioFlags::SYNC | BioFlags::FUA;
+    /// assert!(flags.contains(BioFlags::SYNC));
+    /// ```
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+    pub struct BioFlags: u32 {
+        /// Someone waits for this I/O (a synchronous read or an `O_DIRECT` write).
+        const SYNC = 1 << 0;
+        /// File system metadata.
+        const META = 1 << 1;
+        /// Forced unit access: on stable media before completing.
+        const FUA = 1 << 2;
+        /// Flush the volatile cache before this I/O.
+        const PREFLUSH = 1 << 3;
+        /// Never merge this bio with another.
+        const NOMERGE = 1 << 4;
+        /// The submitter expects more I/O right after this one (anticipation).
+        const IDLE = 1 << 5;
+        /// Readahead: may fail without harm.
+        const RAHEAD = 1 << 6;
+        /// Background work (writeback).
+        const BACKGROUND = 1 << 7;
+        /// Do not wait for a tag or any other resource: fail with [`Status::Again`].
+        const NOWAIT = 1 << 8;
+        /// Completion is polled for, not signalled by an interrupt.
+        const POLLED = 1 << 9;
+    }
+}
+
+/// I/O priority class, highest first (Linux's `IOPRIO_CLASS_*`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum IoPrioClass {
+    /// Real time: served before everything else.
+    RealTime = 1,
+    /// Best effort: the default class.
+    #[default]
+    BestEffort = 2,
+    /// Idle: served only when nothing else wants the device.
+    Idle = 3,
+}
+
+/// An I/O priority: a class and a level within it, 0 (highest) to 7.
+///
+/// ```
+/// use blkmq_core::{IoPrio, IoPrioClass};
+///
+/// let prio = IoPrio::new(IoPrioClass::RealTime, 0).unwrap();
+/// assert_eq!(prio.class(), IoPrioClass::RealTime);
+/// assert!(IoPrio::new(IoPrioClass::BestEffort, 8).is_err());
+/// assert_eq!(IoPrio::default().level(), 4);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct IoPrio {
+    class: IoPrioClass,
+    level: u8,
+}
+
+impl IoPrio {
+    /// The number of levels in a class.
+    pub const LEVELS: u8 = 8;
+
+    /// A priority of `class` at `level`.
+    ///
+    /// # Errors
+    /// [`ConfigError::BadPrioLevel`] when `level` is 8 or more.
+    pub const fn new(class: IoPrioClass, level: u8) -> Result<Self, ConfigError> {
+        if level >= Self::LEVELS {
+            return Err(ConfigError::BadPrioLevel { level });
+        }
+        Ok(Self { class, level })
+    }
+
+    /// The class.
+    pub const fn class(self) -> IoPrioClass {
+        self.class
+    }
+
+    /// The level within the class, 0 (highest) to 7.
+    pub const fn level(self) -> u8 {
+        self.level
+    }
+}
+
+impl Default for IoPrio {
+    /// Best effort at level 4, what Linux gives a process with no priority set.
+    fn default() -> Self {
+        Self {
+            class: IoPrioClass::BestEffort,
+            level: 4,
+        }
+    }
+}
+
+/// Who issued a bio: the "process" an I/O scheduler keeps apart from others.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct IssuerId(pub u32);
+
+/// How an I/O ended (Linux's `blk_status_t`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Status {
+    /// Success.
+    Ok = 0,
+    /// The operation is not supported by the device.
+    NotSupported,
+    /// The I/O timed out.
+    Timeout,
+    /// Out of space (thin provisioning).
+    NoSpace,
+    /// A medium error: the data could not be read or written.
+    Medium,
+    /// A protection information check failed.
+    Protection,
+    /// The device is gone.
+    Offline,
+    /// The bio was outside the device, misaligned or empty.
+    Invalid,
+    /// A generic I/O error.
+    IoErr,
+    /// `NOWAIT` was set and the I/O would have had to wait.
+    Again,
+    /// The driver is out of a resource this request needs; retry after a completion.
+    Resource,
+    /// The device is out of a resource; retry after a completion on the device (or soon).
+    DevResource,
+}
+
+impl Status {
+    /// Whether the status is [`Status::Ok`].
+    ///
+    /// ```
+    /// use blkmq_core::Status;
+    /// assert!(Status::Ok.is_ok());
+    /// assert!(!Status::Medium.is_ok());
+    /// ```
+    pub const fn is_ok(self) -> bool {
+        matches!(self, Status::Ok)
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let text = match self {
+            Status::Ok => "success",
+            Status::NotSupported => "operation not supported",
+            Status::Timeout => "timed out",
+            Status::NoSpace => "no space left",
+            Status::Medium => "medium error",
+            Status::Protection => "protection information error",
+            Status::Offline => "device offline",
+            Status::Invalid => "invalid request",
+            Status::IoErr => "I/O error",
+            Status::Again => "would block",
+            Status::Resource => "out of driver resources",
+            Status::DevResource => "out of device resources",
+        };
+        f.write_str(text)
+    }
+}
+
+/// The completion callback of a [`Bio`]: it gets the bio back, with its final status.
+///
+/// Handing the bio back lets the submitter recover its payload and reuse the bio, so a
+/// completion allocates nothing.
+pub type EndIo = fn(Bio, Status);
+
+/// One block I/O as submitted: a range of sectors, an operation, and how to report the end.
+///
+/// The block layer never looks inside `payload` or `private`: the first is the driver's (a
+/// buffer address, a descriptor index), the second the submitter's (what `end_io` needs to
+/// find its waiter).
+///
+/// ```
+/// use blkmq_core::{Bio, BioFlags, Op, Status};
+///
+/// fn done(bio: Bio, status: Status) {
+///     assert_eq!(status, Status::Ok);
+///     assert_eq!(bio.private, 7);
+/// }
+///
+/// let bio = Bio::new(Op::Read, 2048, 8).flags(BioFlags::SYNC).private(7).end_io(done);
+/// assert_eq!(bio.end_sector(), 2056);
+/// assert_eq!(bio.bytes(), 4096);
+/// bio.complete(Status::Ok);
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct Bio {
+    /// First sector (512 bytes each).
+    pub sector: u64,
+    /// Length in sectors; zero for a flush.
+    pub sectors: u32,
+    /// The operation.
+    pub op: Op,
+    /// Modifiers.
+    pub flags: BioFlags,
+    /// I/O priority.
+    pub prio: IoPrio,
+    /// The issuer a scheduler sees.
+    pub issuer: IssuerId,
+    /// Opaque data for the driver.
+    pub payload: u64,
+    /// Opaque data for the submitter's `end_io`.
+    pub private: u64,
+    /// Called once when the bio ends.
+    pub end_io: Option<EndIo>,
+}
+
+/// Bytes in a sector, the unit of every [`Bio`] position and length.
+pub const SECTOR_SIZE: u64 = 512;
+
+impl Bio {
+    /// A bio of `sectors` sectors from `sector`, with no flags, default priority, issuer 0,
+    /// zero payloads and no callback.
+    pub const fn new(op: Op, sector: u64, sectors: u32) -> Self {
+        Self {
+            sector,
+            sectors,
+            op,
+            flags: BioFlags::empty(),
+            prio: IoPrio {
+                class: IoPrioClass::BestEffort,
+                level: 4,
+            },
+            issuer: IssuerId(0),
+            payload: 0,
+            private: 0,
+            end_io: None,
+        }
+    }
+
+    /// With `flags`.
+    pub const fn flags(mut self, flags: BioFlags) -> Self {
+        self.flags = flags;
+        self
+    }
+
+    /// With priority `prio`.
+    pub const fn prio(mut self, prio: IoPrio) -> Self {
+        self.prio = prio;
+        self
+    }
+
+    /// With issuer `issuer`.
+    pub const fn issuer(mut self, issuer: IssuerId) -> Self {
+        self.issuer = issuer;
+        self
+    }
+
+    /// With the driver's `payload`.
+    pub const fn payload(mut self, payload: u64) -> Self {
+        self.payload = payload;
+        self
+    }
+
+    /// With the submitter's `private` value.
+    pub const fn private(mut self, private: u64) -> Self {
+        self.private = private;
+        self
+    }
+
+    /// With the completion callback `end_io`.
+    pub const fn end_io(mut self, end_io: EndIo) -> Self {
+        self.end_io = Some(end_io);
+        self
+    }
+
+    /// The sector after the last one.
+    pub const fn end_sector(&self) -> u64 {
+        self.sector + self.sectors as u64
+    }
+
+    /// Length in bytes.
+    pub const fn bytes(&self) -> u64 {
+        self.sectors as u64 * SECTOR_SIZE
+    }
+
+    /// Whether the submitter waits for it: reads always, writes when [`BioFlags::SYNC`]
+    /// (or FUA / preflush) is set.
+    ///
+    /// ```
+    /// use blkmq_core::{Bio, BioFlags, Op};
+    /// assert!(Bio::new(Op::Read, 0, 8).is_sync());
+    /// assert!(!Bio::new(Op::Write, 0, 8).is_sync());
+    /// assert!(Bio::new(Op::Write, 0, 8).flags(BioFlags::FUA).is_sync());
+    /// ```
+    pub const fn is_sync(&self) -> bool {
+        !self.op.is_write()
+            || self.flags.intersects(
+                BioFlags::SYNC
+                    .union(BioFlags::FUA)
+                    .union(BioFlags::PREFLUSH),
+            )
+    }
+
+    /// Ends the bio: calls `end_io` (if any) with the bio and `status`.
+    pub fn complete(self, status: Status) {
+        if let Some(end_io) = self.end_io {
+            end_io(self, status);
+        }
+    }
+}

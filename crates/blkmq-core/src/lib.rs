@@ -1,0 +1,70 @@
+//! The core of a `no_std` multi-queue block layer: platform, bios, requests and tag sets.
+//!
+//! This crate turns block I/O from many CPUs into requests for one or many hardware queues.
+//! This part holds the pieces every other layer builds on:
+//!
+//! * [`Platform`]: what the environment supplies (CPU index, clock, lock type, deferred
+//!   queue runs); [`StdPlatform`] for threads under an OS (`std` feature).
+//! * [`Bio`]: one block I/O as submitted, with its [`Op`], [`BioFlags`], [`IoPrio`],
+//!   issuer and completion callback; [`Status`] is how it ends.
+//! * [`Request`]: preallocated per tag when tags are created, carrying a chain of merged bios
+//!   without allocating; owned through an [`Rq`] token, observed through `&Request`.
+//! * [`TagSet`]: the tags of a host, per hardware queue or shared by all of them
+//!   ([`TagSetFlags::SHARED_HOST_TAGS`]: one tag space and one request array, so memory is
+//!   O(depth), not O(depth x hardware queues)). Request queues attach through
+//!   [`QueueTags`], which allocates (NOWAIT, async, blocking, reserved, batched), shares the
+//!   tags fairly between active queues, and adds scheduler tags for queues with an elevator.
+//!
+//! ```
+//! use blkmq_core::{Alloc, Bio, Op, StdPlatform, Status, TagSet, TagSetFlags};
+//!
+//! // A host with 4 hardware queues sharing 128 tags, 2 of them reserved.
+//! let set = TagSet::builder(128)
+//!     .hw_queues(4)
+//!     .reserved(2)
+//!     .flags(TagSetFlags::SHARED_HOST_TAGS)
+//!     .build(StdPlatform::new(), |init| init.tag) // the driver's per-request data
+//!     .unwrap();
+//! let queue = set.attach().unwrap();
+//!
+//! let mut rq = queue.alloc(&Alloc::new(2, 0)).unwrap();
+//! queue.set_bio(&mut rq, Bio::new(Op::Read, 0, 8)).unwrap();
+//! let request = queue.request(&rq).unwrap();
+//! assert!(request.tag() >= 2); // reserved tags are numbered first
+//! assert_eq!(*request.payload(), request.tag() as usize);
+//! queue.complete(rq, Status::Ok).unwrap();
+//! assert_eq!(set.busy(), 0);
+//! ```
+//!
+//! # Features
+//! * `std` (default): [`StdPlatform`] and [`QueueTags::alloc_blocking`]. Everything else
+//!   is `no_std` + `alloc`; memory is allocated when tags are created, not per I/O.
+
+#![no_std]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+extern crate alloc;
+#[cfg(feature = "std")]
+extern crate std;
+
+mod bio;
+mod error;
+mod platform;
+mod queue_tags;
+mod request;
+mod sync;
+mod tags;
+mod tagset;
+
+pub use bio::{Bio, BioFlags, EndIo, IoPrio, IoPrioClass, IssuerId, Op, SECTOR_SIZE, Status};
+pub use error::{ConfigError, TagError};
+#[cfg(all(feature = "std", not(loom)))]
+pub use platform::StdPlatform;
+pub use platform::{NoPlatform, Platform};
+pub use queue_tags::{Alloc, AllocFuture, QueueTags};
+pub use request::{NO_TAG, Request, Rq, RqIo, RqState, unique_tag, unique_tag_hwq, unique_tag_tag};
+pub use tags::RequestInit;
+pub use tagset::{
+    BusyRq, DEFAULT_MAX_QUEUES, DEFAULT_TIMEOUT_NS, MAX_DEPTH, MAX_HW_QUEUES, MAX_SCHED_DEPTH,
+    TagSet, TagSetBuilder, TagSetFlags,
+};

@@ -1,0 +1,226 @@
+//! What the embedding environment supplies: CPUs, a clock, a lock, and deferred work.
+//!
+//! A `no_std` library cannot ask which CPU it runs on, what time it is, or to have something
+//! run later. Everything in blkmq-core that needs one of those takes it from a [`Platform`],
+//! which a kernel, a hypervisor or a test implements once.
+
+/// The services blkmq-core needs from its environment.
+///
+/// Every structure stays correct under any CPU value a caller passes or the platform
+/// returns: the CPU only decides locality (which allocation hint, which software queue).
+///
+/// # Example
+///
+/// A single-CPU platform with a fixed clock, as a unit test might write it:
+///
+/// ```
+/// use blkmq_core::Platform;
+///
+/// struct OneCpu;
+/// impl Platform for OneCpu {
+///     type RawMutex = spin::mutex::SpinMutex<()>;
+///     fn nr_cpus(&self) -> usize { 1 }
+///     fn current_cpu(&self) -> usize { 0 }
+///     fn now_ns(&self) -> u64 { 0 }
+///     fn kick(&self, _hctx: usize) {}
+/// }
+/// assert_eq!(OneCpu.nr_cpus(), 1);
+/// ```
+pub trait Platform: Send + Sync + 'static {
+    /// The raw lock for every short critical section of every layer (the bitmap's wait
+    /// queues included). A kernel plugs in an IRQ-safe spinlock here.
+    type RawMutex: lock_api::RawMutex + Send + Sync;
+
+    /// How many CPUs there are; [`current_cpu`](Self::current_cpu) is always below it.
+    fn nr_cpus(&self) -> usize;
+
+    /// The calling CPU, a dense index below [`nr_cpus`](Self::nr_cpus).
+    fn current_cpu(&self) -> usize;
+
+    /// A monotonic clock in nanoseconds: deadlines, budgets, idling and timeouts use it.
+    fn now_ns(&self) -> u64;
+
+    /// Asks for the hardware queue `hctx` to be run soon, from another context (Linux's
+    /// kblockd work). It must not run the queue from inside this call.
+    fn kick(&self, hctx: usize);
+}
+
+#[cfg(all(feature = "std", not(loom)))]
+pub use std_platform::StdPlatform;
+
+#[cfg(all(feature = "std", not(loom)))]
+mod std_platform {
+    extern crate std;
+
+    use alloc::collections::BTreeSet;
+    use alloc::sync::Arc;
+    use core::cell::Cell;
+    use core::fmt;
+    use core::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+    use std::time::Instant;
+
+    use super::Platform;
+
+    std::thread_local! {
+        /// The CPU slot of this thread, given on first use (or by `pin_current_thread`).
+        static CPU_SLOT: Cell<Option<usize>> = const { Cell::new(None) };
+    }
+
+    /// Hands out CPU slots to threads in turn.
+    static NEXT_SLOT: AtomicUsize = AtomicUsize::new(0);
+
+    type KickHandler = Arc<dyn Fn(usize) + Send + Sync>;
+
+    /// A [`Platform`] for threads under an operating system (`std` feature).
+    ///
+    /// * CPUs: `nr_cpus` slots (by default the machine's available parallelism). A thread
+    ///   gets a slot on its first [`current_cpu`](Platform::current_cpu), in turn, and keeps
+    ///   it; [`StdPlatform::pin_current_thread`] chooses it instead.
+    /// * Clock: nanoseconds since the platform was created, from [`Instant`].
+    /// * Lock: a spinlock (`spin::mutex::SpinMutex`).
+    /// * Kicks: handed to the handler set with [`StdPlatform::on_kick`]; without one they are
+    ///   recorded and returned by [`StdPlatform::take_kicks`].
+    ///
+    /// Clones share the clock, the handler and the recorded kicks.
+    ///
+    /// ```
+    /// use blkmq_core::{Platform, StdPlatform};
+    ///
+    /// let platform = StdPlatform::with_cpus(4);
+    /// platform.pin_current_thread(2);
+    /// assert_eq!(platform.current_cpu(), 2);
+    /// platform.kick(7);
+    /// assert_eq!(platform.take_kicks(), vec![7]);
+    /// ```
+    #[derive(Clone)]
+    pub struct StdPlatform {
+        inner: Arc<Inner>,
+    }
+
+    struct Inner {
+        nr_cpus: usize,
+        epoch: Instant,
+        handler: Mutex<Option<KickHandler>>,
+        kicked: Mutex<BTreeSet<usize>>,
+    }
+
+    impl StdPlatform {
+        /// A platform with one CPU slot per hardware thread of this machine.
+        pub fn new() -> Self {
+            let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+            Self::with_cpus(cpus)
+        }
+
+        /// A platform with `nr_cpus` CPU slots (at least one).
+        pub fn with_cpus(nr_cpus: usize) -> Self {
+            Self {
+                inner: Arc::new(Inner {
+                    nr_cpus: nr_cpus.max(1),
+                    epoch: Instant::now(),
+                    handler: Mutex::new(None),
+                    kicked: Mutex::new(BTreeSet::new()),
+                }),
+            }
+        }
+
+        /// Gives the calling thread CPU slot `cpu` (taken modulo `nr_cpus`).
+        pub fn pin_current_thread(&self, cpu: usize) {
+            CPU_SLOT.with(|slot| slot.set(Some(cpu)));
+        }
+
+        /// Sends every later kick to `handler` (which must not run the queue inline).
+        pub fn on_kick(&self, handler: impl Fn(usize) + Send + Sync + 'static) {
+            *self.inner.handler.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(handler));
+        }
+
+        /// The hardware queues kicked since the last call, each once, in order.
+        pub fn take_kicks(&self) -> alloc::vec::Vec<usize> {
+            let mut kicked = self.inner.kicked.lock().unwrap_or_else(|e| e.into_inner());
+            core::mem::take(&mut *kicked).into_iter().collect()
+        }
+    }
+
+    impl Default for StdPlatform {
+        fn default() -> Self {
+            Self::new()
+        }
+    }
+
+    impl Platform for StdPlatform {
+        type RawMutex = spin::mutex::SpinMutex<()>;
+
+        fn nr_cpus(&self) -> usize {
+            self.inner.nr_cpus
+        }
+
+        fn current_cpu(&self) -> usize {
+            let slot = CPU_SLOT.with(|slot| match slot.get() {
+                Some(cpu) => cpu,
+                None => {
+                    let cpu = NEXT_SLOT.fetch_add(1, Ordering::Relaxed);
+                    slot.set(Some(cpu));
+                    cpu
+                }
+            });
+            slot % self.inner.nr_cpus
+        }
+
+        fn now_ns(&self) -> u64 {
+            u64::try_from(self.inner.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+        }
+
+        fn kick(&self, hctx: usize) {
+            let handler = self
+                .inner
+                .handler
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            match handler {
+                Some(handler) => handler(hctx),
+                None => {
+                    self.inner
+                        .kicked
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(hctx);
+                }
+            }
+        }
+    }
+
+    impl fmt::Debug for StdPlatform {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.debug_struct("StdPlatform")
+                .field("nr_cpus", &self.inner.nr_cpus)
+                .finish_non_exhaustive()
+        }
+    }
+}
+
+/// A platform that cannot exist; it only lets [`TagSet::builder`](crate::TagSet::builder) be
+/// called before the real platform is given to
+/// [`TagSetBuilder::build`](crate::TagSetBuilder::build).
+#[derive(Debug)]
+pub enum NoPlatform {}
+
+impl Platform for NoPlatform {
+    type RawMutex = spin::mutex::SpinMutex<()>;
+
+    fn nr_cpus(&self) -> usize {
+        match *self {}
+    }
+
+    fn current_cpu(&self) -> usize {
+        match *self {}
+    }
+
+    fn now_ns(&self) -> u64 {
+        match *self {}
+    }
+
+    fn kick(&self, _hctx: usize) {
+        match *self {}
+    }
+}

@@ -1,0 +1,996 @@
+//! A request queue's use of a tag set: allocation, fair sharing, scheduler tags, freeing.
+
+use alloc::boxed::Box;
+use alloc::sync::Arc;
+use core::fmt;
+use core::future::Future;
+use core::pin::Pin;
+use core::ptr;
+use core::task::{Context, Poll};
+
+use blkmq_sbitmap::{SbitmapQueue, Waiter};
+use crossbeam_utils::CachePadded;
+
+use crate::bio::{Bio, Status};
+use crate::error::{ConfigError, TagError};
+use crate::platform::Platform;
+use crate::request::{NO_TAG, Request, Rq, RqIo, RqState};
+use crate::sync::{AtomicBool, AtomicUsize, Ordering};
+use crate::tags::{MapParams, RequestInit, TagMap};
+use crate::tagset::{BusyRq, MAX_SCHED_DEPTH, TagSet, next_pool_id};
+
+/// What to allocate: for which hardware queue, from which CPU, and with which limits.
+///
+/// ```
+/// use blkmq_core::Alloc;
+/// let alloc = Alloc::new(3, 1).shallow(16);
+/// assert_eq!((alloc.hctx, alloc.cpu, alloc.shallow_depth), (3, 1, Some(16)));
+/// assert!(Alloc::new(0, 0).reserved().reserved);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Alloc {
+    /// The hardware queue the request will be issued on.
+    pub hctx: usize,
+    /// The allocating CPU: picks the allocation hint, which the free writes back to.
+    pub cpu: usize,
+    /// Take a reserved tag (exempt from fair sharing; fails if the set has none).
+    pub reserved: bool,
+    /// At most this deep into the normal tags (an elevator's `limit_depth`).
+    pub shallow_depth: Option<usize>,
+}
+
+impl Alloc {
+    /// A normal allocation for `hctx` from `cpu`.
+    pub const fn new(hctx: usize, cpu: usize) -> Self {
+        Self {
+            hctx,
+            cpu,
+            reserved: false,
+            shallow_depth: None,
+        }
+    }
+
+    /// As a reserved allocation.
+    pub const fn reserved(mut self) -> Self {
+        self.reserved = true;
+        self
+    }
+
+    /// Limited to the first `depth` normal tags.
+    pub const fn shallow(mut self, depth: usize) -> Self {
+        self.shallow_depth = Some(depth);
+        self
+    }
+}
+
+/// One request queue's standing on one driver tag map.
+struct Activity {
+    /// Counted in the map's `active_queues`.
+    active: AtomicBool,
+    /// Driver tags held that count towards the fair share.
+    in_flight: AtomicUsize,
+}
+
+/// Scheduler tags: the requests of a queue with an elevator, separate from driver tags.
+struct SchedTags<T, R: lock_api::RawMutex> {
+    id: u32,
+    maps: Box<[TagMap<T, R>]>,
+}
+
+/// Identities of request queues, so a request names its queue.
+static NEXT_QUEUE_ID: AtomicU32Id = AtomicU32Id::new(0);
+type AtomicU32Id = core::sync::atomic::AtomicU32;
+
+/// A request queue's handle on a [`TagSet`]: it allocates and frees this queue's requests.
+///
+/// Without scheduler tags a request is the driver tag's own preallocated request. With them
+/// ([`attach_scheduler`](Self::attach_scheduler)) a request comes from the scheduler tags, and
+/// takes a driver tag only when dispatched ([`get_driver_tag`](Self::get_driver_tag)), as in
+/// Linux.
+///
+/// Dropping a `QueueTags` detaches the queue and frees every request it still has out:
+/// their [`Rq`] tokens can name no other queue, so nothing leaks.
+///
+/// ```
+/// use blkmq_core::{Alloc, Bio, Op, StdPlatform, TagSet};
+///
+/// let set = TagSet::builder(32).build(StdPlatform::new(), |_| ()).unwrap();
+/// let queue = set.attach().unwrap();
+/// let mut rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
+/// queue.set_bio(&mut rq, Bio::new(Op::Read, 0, 8)).unwrap();
+/// queue.append_bio(&mut rq, Bio::new(Op::Read, 8, 8)).unwrap();
+/// assert_eq!(queue.io(&rq).unwrap().sectors(), 16);
+/// queue.start(&mut rq, 0).unwrap();
+/// queue.complete(rq, blkmq_core::Status::Ok).unwrap();
+/// ```
+pub struct QueueTags<T, P: Platform> {
+    set: Arc<TagSet<T, P>>,
+    id: u32,
+    activity: Box<[CachePadded<Activity>]>,
+    sched: Option<SchedTags<T, P::RawMutex>>,
+}
+
+/// A token resolved: which array owns the request, and the request.
+type Resolved<'a, T, R> = (Owner<'a, T, R>, &'a Request<T>);
+
+/// Which array a token names.
+enum Owner<'a, T, R: lock_api::RawMutex> {
+    Driver(usize, &'a TagMap<T, R>),
+    Sched(usize, &'a TagMap<T, R>),
+}
+
+impl<T, P: Platform> QueueTags<T, P> {
+    pub(crate) fn new(set: Arc<TagSet<T, P>>) -> Self {
+        let activity = (0..set.maps.len())
+            .map(|_| {
+                CachePadded::new(Activity {
+                    active: AtomicBool::new(false),
+                    in_flight: AtomicUsize::new(0),
+                })
+            })
+            .collect();
+        Self {
+            id: NEXT_QUEUE_ID.fetch_add(1, core::sync::atomic::Ordering::Relaxed),
+            set,
+            activity,
+            sched: None,
+        }
+    }
+
+    /// The tag set.
+    pub fn set(&self) -> &Arc<TagSet<T, P>> {
+        &self.set
+    }
+
+    /// This queue's identity (unique while the process runs).
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// Whether this queue counts as active on `hctx`'s map.
+    pub fn is_active(&self, hctx: usize) -> bool {
+        self.activity
+            .get(self.set.map_index(hctx))
+            .is_some_and(|a| a.active.load(Ordering::Relaxed))
+    }
+
+    /// Driver tags this queue holds on `hctx`'s map that count towards its fair share.
+    pub fn in_flight(&self, hctx: usize) -> usize {
+        self.activity
+            .get(self.set.map_index(hctx))
+            .map_or(0, |a| a.in_flight.load(Ordering::Relaxed))
+    }
+
+    fn check_hctx(&self, hctx: usize) -> Result<usize, TagError> {
+        if hctx >= self.set.nr_hw_queues() {
+            return Err(TagError::NoSuchHwQueue {
+                hctx,
+                nr_hw_queues: self.set.nr_hw_queues(),
+            });
+        }
+        Ok(self.set.map_index(hctx))
+    }
+
+    // ----- fair sharing -----
+
+    /// Counts this queue active on map `m` (Linux's `blk_mq_tag_busy`).
+    #[inline]
+    fn mark_active(&self, m: usize) {
+        let activity = &self.activity[m];
+        if activity.active.load(Ordering::Relaxed) || activity.active.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let map = &self.set.maps[m];
+        let users = map.active_queues.fetch_add(1, Ordering::SeqCst) + 1;
+        map.users_changed(users);
+    }
+
+    /// Marks this queue idle on `hctx`'s map if it holds no counted tag there, giving its
+    /// share back to the other queues (Linux's `blk_mq_tag_idle`, run from the timeout
+    /// work). Returns whether it went idle.
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(64).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let a = set.attach().unwrap();
+    /// let b = set.attach().unwrap();
+    /// let rq = a.alloc(&Alloc::new(0, 0)).unwrap();
+    /// let other = b.alloc(&Alloc::new(0, 0)).unwrap();
+    /// assert_eq!(set.fair_share(0), 32); // two active queues share 64 tags
+    /// b.free(other).unwrap();
+    /// assert!(b.mark_idle(0));
+    /// assert_eq!(set.fair_share(0), 64);
+    /// a.free(rq).unwrap();
+    /// ```
+    pub fn mark_idle(&self, hctx: usize) -> bool {
+        let Some(activity) = self.activity.get(self.set.map_index(hctx)) else {
+            return false;
+        };
+        if activity.in_flight.load(Ordering::SeqCst) != 0 {
+            return false;
+        }
+        self.deactivate(self.set.map_index(hctx))
+    }
+
+    fn deactivate(&self, m: usize) -> bool {
+        if !self.activity[m].active.swap(false, Ordering::AcqRel) {
+            return false;
+        }
+        let map = &self.set.maps[m];
+        let users = map.active_queues.fetch_sub(1, Ordering::SeqCst) - 1;
+        map.users_changed(users);
+        // Waiters of other queues may fit in the larger share now.
+        map.normal.wake_all();
+        true
+    }
+
+    /// Whether this queue may take one more normal driver tag of map `m` (Linux's
+    /// `hctx_may_queue`).
+    #[inline(always)]
+    fn may_queue(&self, m: usize) -> bool {
+        let map = &self.set.maps[m];
+        let users = map.active_queues.load(Ordering::SeqCst);
+        if users <= 1 {
+            return true;
+        }
+        self.activity[m].in_flight.load(Ordering::SeqCst) < map.fair_share(users)
+    }
+
+    /// Takes a driver tag of map `m`, with fair sharing; `Ok(None)` when none may be had.
+    /// Returns the tag and whether it counts towards the fair share.
+    #[inline(always)]
+    fn get_driver_tag_raw(
+        &self,
+        m: usize,
+        cpu: usize,
+        reserved: bool,
+        shallow: Option<usize>,
+    ) -> Result<Option<(usize, bool)>, TagError> {
+        let map = &self.set.maps[m];
+        if reserved {
+            return Ok(map.get_reserved()?.map(|tag| (tag, false)));
+        }
+        if !self.set.is_shared() {
+            return Ok(map.get_normal(cpu, shallow)?.map(|tag| (tag, false)));
+        }
+        self.mark_active(m);
+        if !self.may_queue(m) {
+            return Ok(None);
+        }
+        let Some(tag) = map.get_normal(cpu, shallow)? else {
+            return Ok(None);
+        };
+        self.activity[m].in_flight.fetch_add(1, Ordering::SeqCst);
+        Ok(Some((tag, true)))
+    }
+
+    /// Frees driver tag `tag` of map `m`.
+    #[inline(always)]
+    fn put_driver_tag_raw(
+        &self,
+        m: usize,
+        tag: usize,
+        cpu: usize,
+        counted: bool,
+    ) -> Result<(), TagError> {
+        if counted {
+            // SeqCst, before the tag is freed: a waiter over its share that misses this
+            // decrement is then seen by the free's wake-up (the bitmap's Dekker pair).
+            self.activity[m].in_flight.fetch_sub(1, Ordering::SeqCst);
+        }
+        self.set.maps[m].put(tag, cpu)
+    }
+
+    // ----- allocation -----
+
+    /// Allocates a request without waiting (NOWAIT).
+    ///
+    /// # Errors
+    /// [`TagError::WouldBlock`] when no tag is free or this queue's fair share is used up;
+    /// [`TagError::NoSuchHwQueue`], [`TagError::NoReservedTags`], or a bitmap error for a
+    /// shallow limit below the declared minimum.
+    #[inline]
+    pub fn alloc(&self, alloc: &Alloc) -> Result<Rq, TagError> {
+        self.try_alloc(alloc)?.ok_or(TagError::WouldBlock)
+    }
+
+    /// One allocation attempt: `Ok(None)` when it would have to wait.
+    #[inline(always)]
+    fn try_alloc(&self, alloc: &Alloc) -> Result<Option<Rq>, TagError> {
+        let m = self.check_hctx(alloc.hctx)?;
+        let cpu = alloc.cpu;
+        match &self.sched {
+            None => {
+                let Some((tag, counted)) =
+                    self.get_driver_tag_raw(m, cpu, alloc.reserved, alloc.shallow_depth)?
+                else {
+                    return Ok(None);
+                };
+                let request = &self.set.maps[m].requests[tag];
+                // SAFETY: we hold the tag just allocated, so nobody else reaches `io`.
+                let io = unsafe { request.io_mut() };
+                io.reset(cpu as u32);
+                io.counted = counted;
+                request.claim(alloc.hctx as u32, self.id);
+                request.set_driver_tag(tag as u32);
+                Ok(Some(Rq {
+                    pool: self.set.id,
+                    map: m as u16,
+                    tag: tag as u16,
+                }))
+            }
+            Some(sched) => {
+                let map = &sched.maps[m];
+                let tag = if alloc.reserved {
+                    map.get_reserved()?
+                } else {
+                    map.get_normal(cpu, alloc.shallow_depth)?
+                };
+                let Some(tag) = tag else {
+                    return Ok(None);
+                };
+                let request = &map.requests[tag];
+                // SAFETY: we hold the tag just allocated.
+                let io = unsafe { request.io_mut() };
+                io.reset(cpu as u32);
+                request.claim(alloc.hctx as u32, self.id);
+                Ok(Some(Rq {
+                    pool: sched.id,
+                    map: m as u16,
+                    tag: tag as u16,
+                }))
+            }
+        }
+    }
+
+    /// The bitmap an allocation like `alloc` waits on.
+    fn wait_queue(&self, alloc: &Alloc) -> Result<&SbitmapQueue<P::RawMutex>, TagError> {
+        let m = self.check_hctx(alloc.hctx)?;
+        let map = match &self.sched {
+            None => &self.set.maps[m],
+            Some(sched) => &sched.maps[m],
+        };
+        if alloc.reserved {
+            map.reserved.as_ref().ok_or(TagError::NoReservedTags)
+        } else {
+            Ok(&map.normal)
+        }
+    }
+
+    /// Allocates a request, waiting (asynchronously, on any executor) while no tag is free
+    /// or this queue is over its fair share.
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, StdPlatform, TagSet};
+    /// use std::future::Future;
+    /// use std::pin::pin;
+    /// use std::task::{Context, Poll, Waker};
+    ///
+    /// let set = TagSet::builder(1).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let queue = set.attach().unwrap();
+    /// let held = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    /// let mut cx = Context::from_waker(Waker::noop());
+    /// let mut waiting = pin!(queue.alloc_async(Alloc::new(0, 0)));
+    /// assert!(waiting.as_mut().poll(&mut cx).is_pending());
+    /// queue.free(held).unwrap();
+    /// let Poll::Ready(Ok(rq)) = waiting.as_mut().poll(&mut cx) else { panic!() };
+    /// queue.free(rq).unwrap();
+    /// ```
+    pub fn alloc_async(&self, alloc: Alloc) -> AllocFuture<'_, T, P> {
+        AllocFuture {
+            queue: self,
+            alloc,
+            waiter: None,
+        }
+    }
+
+    /// Allocates a request, parking the thread while it has to wait (`std`).
+    ///
+    /// # Errors
+    /// As [`alloc`](Self::alloc), except that it waits instead of
+    /// [`TagError::WouldBlock`].
+    #[cfg(all(feature = "std", not(loom)))]
+    pub fn alloc_blocking(&self, alloc: Alloc) -> Result<Rq, TagError> {
+        if let Some(rq) = self.try_alloc(&alloc)? {
+            return Ok(rq);
+        }
+        blkmq_sbitmap::block_on(self.alloc_async(alloc))
+    }
+
+    /// Allocates up to `nr` requests at once, pushing them into `out` (a plug's request
+    /// cache); returns how many. Without a shallow limit, a reserved request or fair sharing
+    /// in force, the tags come from one bitmap word with one atomic operation.
+    ///
+    /// # Errors
+    /// As [`alloc`](Self::alloc), except that running short returns fewer, not an error.
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(64).build(StdPlatform::with_cpus(1), |_| ()).unwrap();
+    /// let queue = set.attach().unwrap();
+    /// let mut cache = Vec::new();
+    /// let got = queue.alloc_batch(&Alloc::new(0, 0), 8, &mut cache).unwrap();
+    /// assert!(got >= 1 && got == cache.len());
+    /// for rq in cache { queue.free(rq).unwrap(); }
+    /// ```
+    pub fn alloc_batch(
+        &self,
+        alloc: &Alloc,
+        nr: usize,
+        out: &mut impl Extend<Rq>,
+    ) -> Result<usize, TagError> {
+        let m = self.check_hctx(alloc.hctx)?;
+        let single = alloc.reserved
+            || alloc.shallow_depth.is_some()
+            || (self.sched.is_none() && self.set.is_shared());
+        if single {
+            let mut got = 0;
+            while got < nr {
+                let Some(rq) = self.try_alloc(alloc)? else {
+                    break;
+                };
+                out.extend(core::iter::once(rq));
+                got += 1;
+            }
+            return Ok(got);
+        }
+        let (map, pool) = match &self.sched {
+            None => (&self.set.maps[m], self.set.id),
+            Some(sched) => (&sched.maps[m], sched.id),
+        };
+        let Some(batch) = map.get_batch(alloc.cpu, nr) else {
+            return Ok(0);
+        };
+        let mut got = 0;
+        for bit in batch.iter() {
+            let tag = bit + map.nr_reserved;
+            let request = &map.requests[tag];
+            // SAFETY: the batch gave us this tag alone.
+            let io = unsafe { request.io_mut() };
+            io.reset(alloc.cpu as u32);
+            request.claim(alloc.hctx as u32, self.id);
+            if self.sched.is_none() {
+                request.set_driver_tag(tag as u32);
+            }
+            out.extend(core::iter::once(Rq {
+                pool,
+                map: m as u16,
+                tag: tag as u16,
+            }));
+            got += 1;
+        }
+        Ok(got)
+    }
+
+    // ----- token resolution -----
+
+    #[inline(always)]
+    fn owner(&self, rq: &Rq) -> Result<Resolved<'_, T, P::RawMutex>, TagError> {
+        let m = usize::from(rq.map);
+        let tag = usize::from(rq.tag);
+        let owner = if rq.pool == self.set.id {
+            Owner::Driver(m, self.set.maps.get(m).ok_or(TagError::ForeignRequest)?)
+        } else {
+            match &self.sched {
+                Some(sched) if sched.id == rq.pool => {
+                    Owner::Sched(m, sched.maps.get(m).ok_or(TagError::ForeignRequest)?)
+                }
+                _ => return Err(TagError::ForeignRequest),
+            }
+        };
+        let map = match owner {
+            Owner::Driver(_, map) | Owner::Sched(_, map) => map,
+        };
+        let request = map.requests.get(tag).ok_or(TagError::ForeignRequest)?;
+        if request.queue_id() != self.id || request.state() == RqState::Free {
+            return Err(TagError::ForeignRequest);
+        }
+        Ok((owner, request))
+    }
+
+    /// The shared side of the request `rq` names.
+    ///
+    /// # Errors
+    /// [`TagError::ForeignRequest`] when `rq` is not this queue's.
+    pub fn request(&self, rq: &Rq) -> Result<&Request<T>, TagError> {
+        Ok(self.owner(rq)?.1)
+    }
+
+    /// The I/O `rq` carries.
+    ///
+    /// # Errors
+    /// [`TagError::ForeignRequest`] when `rq` is not this queue's.
+    pub fn io(&self, rq: &Rq) -> Result<&RqIo, TagError> {
+        let request = self.owner(rq)?.1;
+        // SAFETY: `rq` is the request's unique token and we borrow it for the result's
+        // lifetime, so no `&mut RqIo` can exist meanwhile.
+        Ok(unsafe { request.io_mut() })
+    }
+
+    /// The I/O `rq` carries, for changing it (the elevator's data, say).
+    ///
+    /// # Errors
+    /// [`TagError::ForeignRequest`] when `rq` is not this queue's.
+    pub fn io_mut<'a>(&'a self, rq: &'a mut Rq) -> Result<&'a mut RqIo, TagError> {
+        let request = self.owner(rq)?.1;
+        // SAFETY: we hold the unique token mutably for the result's lifetime.
+        Ok(unsafe { request.io_mut() })
+    }
+
+    /// Makes `bio` the request's only bio, ending (with [`Status::IoErr`]) any it carried.
+    ///
+    /// # Errors
+    /// [`TagError::ForeignRequest`] when `rq` is not this queue's.
+    pub fn set_bio(&self, rq: &mut Rq, bio: Bio) -> Result<(), TagError> {
+        let io = self.io_mut(rq)?;
+        if io.nr_bios() != 0 {
+            io.end_bios(&self.set.bios, Status::IoErr);
+        }
+        io.set_bio(bio);
+        Ok(())
+    }
+
+    /// Appends `bio` to the request's chain (a back merge); `Ok(Err(bio))` when the bio
+    /// pool is exhausted and the merge must be refused. The caller decides whether the bio
+    /// fits (adjacency, limits).
+    ///
+    /// # Errors
+    /// [`TagError::ForeignRequest`] when `rq` is not this queue's.
+    pub fn append_bio(&self, rq: &mut Rq, bio: Bio) -> Result<Result<(), Bio>, TagError> {
+        let bios = &self.set.bios;
+        Ok(self.io_mut(rq)?.append(bios, bio))
+    }
+
+    /// Puts `bio` in front of the request's chain (a front merge); `Ok(Err(bio))` when the
+    /// bio pool is exhausted.
+    ///
+    /// # Errors
+    /// [`TagError::ForeignRequest`] when `rq` is not this queue's.
+    pub fn prepend_bio(&self, rq: &mut Rq, bio: Bio) -> Result<Result<(), Bio>, TagError> {
+        let bios = &self.set.bios;
+        Ok(self.io_mut(rq)?.prepend(bios, bio))
+    }
+
+    /// Calls `f` on each bio of the request, front to back.
+    ///
+    /// # Errors
+    /// [`TagError::ForeignRequest`] when `rq` is not this queue's.
+    pub fn for_each_bio(&self, rq: &Rq, f: impl FnMut(&Bio)) -> Result<(), TagError> {
+        self.io(rq)?.for_each_bio(&self.set.bios, f);
+        Ok(())
+    }
+
+    /// Moves every bio of `from` to the end of `into`'s chain (two requests merging);
+    /// `from` is left without bios. Refused (`Ok(false)`, nothing moved) when the bio pool
+    /// lacks room.
+    ///
+    /// # Errors
+    /// [`TagError::ForeignRequest`] when either token is not this queue's.
+    pub fn merge_requests(&self, into: &mut Rq, from: &mut Rq) -> Result<bool, TagError> {
+        let bios = &self.set.bios;
+        let from_io = self.io_mut(from)?;
+        let into_io = self.io_mut(into)?;
+        Ok(into_io.absorb(bios, from_io))
+    }
+
+    // ----- life cycle -----
+
+    /// Starts the request: in flight from `now_ns`, timing out after the set's timeout.
+    ///
+    /// # Errors
+    /// [`TagError::ForeignRequest`] when `rq` is not this queue's.
+    pub fn start(&self, rq: &mut Rq, now_ns: u64) -> Result<(), TagError> {
+        let request = self.owner(rq)?.1;
+        // SAFETY: we hold the unique token mutably.
+        unsafe { request.io_mut() }.start_ns = now_ns;
+        request.set_deadline(now_ns.saturating_add(self.set.timeout_ns()));
+        request.set_state(RqState::InFlight);
+        Ok(())
+    }
+
+    /// Puts a started request back to idle, to be dispatched again (a requeue).
+    ///
+    /// # Errors
+    /// [`TagError::ForeignRequest`] when `rq` is not this queue's.
+    pub fn requeue(&self, rq: &mut Rq) -> Result<(), TagError> {
+        let request = self.owner(rq)?.1;
+        request.set_state(RqState::Idle);
+        Ok(())
+    }
+
+    /// Ends every bio with `status` and frees the request and its tags.
+    ///
+    /// # Errors
+    /// [`TagError::ForeignRequest`] when `rq` is not this queue's (nothing is freed).
+    pub fn complete(&self, rq: Rq, status: Status) -> Result<(), TagError> {
+        let request = self.owner(&rq)?.1;
+        request.set_state(RqState::Complete);
+        // SAFETY: we own the token.
+        unsafe { request.io_mut() }.end_bios(&self.set.bios, status);
+        self.free(rq)
+    }
+
+    /// Frees a request and its tags; a bio still on it ends with [`Status::IoErr`], so none
+    /// is lost.
+    ///
+    /// # Errors
+    /// [`TagError::ForeignRequest`] when `rq` is not this queue's (nothing is freed).
+    #[inline]
+    pub fn free(&self, rq: Rq) -> Result<(), TagError> {
+        let (owner, request) = self.owner(&rq)?;
+        // SAFETY: we own the token, consumed here.
+        let io = unsafe { request.io_mut() };
+        if io.nr_bios() != 0 {
+            io.end_bios(&self.set.bios, Status::IoErr);
+        }
+        let cpu = io.alloc_cpu as usize;
+        match owner {
+            Owner::Driver(m, _) => {
+                let counted = io.counted;
+                request.set_driver_tag(NO_TAG);
+                request.release();
+                self.put_driver_tag_raw(m, usize::from(rq.tag), cpu, counted)
+            }
+            Owner::Sched(m, map) => {
+                let driver_tag = request.driver_tag();
+                if driver_tag != NO_TAG {
+                    self.release_driver_tag(m, driver_tag as usize, request, cpu)?;
+                }
+                request.release();
+                map.put(usize::from(rq.tag), cpu)
+            }
+        }
+    }
+
+    fn release_driver_tag(
+        &self,
+        m: usize,
+        driver_tag: usize,
+        request: &Request<T>,
+        cpu: usize,
+    ) -> Result<(), TagError> {
+        // SAFETY: the caller holds the request's token.
+        let counted = unsafe { request.io_mut() }.counted;
+        self.set.maps[m].rqs[driver_tag].store(ptr::null_mut(), Ordering::Release);
+        request.set_driver_tag(NO_TAG);
+        self.put_driver_tag_raw(m, driver_tag, cpu, counted)
+    }
+
+    /// Gives a scheduler request a driver tag for dispatch (Linux's
+    /// `blk_mq_get_driver_tag`), with fair sharing; never waits. `Ok(false)` when none is
+    /// free: the dispatch backs off and a completion restarts it. A request that has a
+    /// driver tag (every request without scheduler tags) keeps it: `Ok(true)`.
+    ///
+    /// # Errors
+    /// [`TagError::ForeignRequest`] when `rq` is not this queue's.
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(4).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let mut queue = set.attach().unwrap();
+    /// queue.attach_scheduler(None, |_| ()).unwrap();
+    /// let mut rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    /// assert_eq!(queue.request(&rq).unwrap().unique_tag(), None);
+    /// assert!(queue.get_driver_tag(&mut rq).unwrap());
+    /// let unique = queue.request(&rq).unwrap().unique_tag().unwrap();
+    /// assert!(queue.tag_to_rq(0, unique & 0xffff).is_some());
+    /// queue.free(rq).unwrap();
+    /// assert_eq!(set.busy(), 0);
+    /// ```
+    pub fn get_driver_tag(&self, rq: &mut Rq) -> Result<bool, TagError> {
+        let (owner, request) = self.owner(rq)?;
+        let Owner::Sched(m, sched_map) = owner else {
+            return Ok(true);
+        };
+        if request.driver_tag() != NO_TAG {
+            return Ok(true);
+        }
+        // SAFETY: we hold the token mutably.
+        let io = unsafe { request.io_mut() };
+        let reserved = usize::from(rq.tag) < sched_map.nr_reserved;
+        let Some((tag, counted)) =
+            self.get_driver_tag_raw(m, io.alloc_cpu as usize, reserved, None)?
+        else {
+            return Ok(false);
+        };
+        io.counted = counted;
+        self.set.maps[m].rqs[tag].store(ptr::from_ref(request).cast_mut(), Ordering::Release);
+        request.set_driver_tag(tag as u32);
+        Ok(true)
+    }
+
+    /// Gives back a scheduler request's driver tag (when dispatch puts it back). Requests
+    /// without scheduler tags keep theirs.
+    ///
+    /// # Errors
+    /// [`TagError::ForeignRequest`]; [`TagError::DriverTag`] when it holds none.
+    pub fn put_driver_tag(&self, rq: &mut Rq) -> Result<(), TagError> {
+        let (owner, request) = self.owner(rq)?;
+        let Owner::Sched(m, _) = owner else {
+            return Ok(());
+        };
+        let driver_tag = request.driver_tag();
+        if driver_tag == NO_TAG {
+            return Err(TagError::DriverTag);
+        }
+        // SAFETY: we hold the token mutably.
+        let cpu = unsafe { request.io_mut() }.alloc_cpu as usize;
+        self.release_driver_tag(m, driver_tag as usize, request, cpu)
+    }
+
+    /// This queue's request holding driver tag `tag` on `hctx`, if one does (Linux's
+    /// `blk_mq_tag_to_rq`): how a driver maps a completion from its hardware back to the
+    /// request. See the `request` module on why this is sound against a racing completion.
+    pub fn tag_to_rq(&self, hctx: usize, tag: u32) -> Option<&Request<T>> {
+        let m = self.check_hctx(hctx).ok()?;
+        let map = &self.set.maps[m];
+        let tag = tag as usize;
+        let slot = map.rqs.get(tag)?.load(Ordering::Acquire);
+        let request = if slot.is_null() {
+            &map.requests[tag]
+        } else {
+            let sched = self.sched.as_ref()?;
+            // Only our own scheduler requests: their memory lives as long as `self`.
+            let ours = sched
+                .maps
+                .iter()
+                .any(|sm| sm.requests.as_ptr_range().contains(&slot.cast_const()));
+            if !ours {
+                return None;
+            }
+            // SAFETY: `slot` points into our scheduler tags, which `&self` keeps alive.
+            unsafe { &*slot }
+        };
+        (request.queue_id() == self.id
+            && request.state() != RqState::Free
+            && request.driver_tag() == tag as u32)
+            .then_some(request)
+    }
+
+    /// Calls `f` for each of this queue's requests holding a driver tag, on `hctx` only or
+    /// on all; stops when `f` returns false (Linux's `blk_mq_queue_tag_busy_iter`).
+    pub fn for_each_busy(&self, hctx: Option<usize>, mut f: impl FnMut(BusyRq<'_, T>) -> bool) {
+        self.set.busy_iter(hctx, Some(self.id), &mut f);
+    }
+
+    // ----- scheduler tags -----
+
+    /// Gives the queue scheduler tags of `nr_requests` (default `2 * min(depth, 128)`, as
+    /// Linux) per map, preallocating their requests with `init_request`. From now on
+    /// requests come from them, and take driver tags at dispatch.
+    ///
+    /// # Errors
+    /// [`ConfigError::BadNrRequests`] for 0 or above [`MAX_SCHED_DEPTH`], or not above the
+    /// reserved tags.
+    pub fn attach_scheduler(
+        &mut self,
+        nr_requests: Option<usize>,
+        mut init_request: impl FnMut(RequestInit) -> T,
+    ) -> Result<(), ConfigError> {
+        let depth = self.set.depth();
+        let nr_requests = nr_requests.unwrap_or(2 * depth.min(128));
+        if nr_requests == 0 || nr_requests > MAX_SCHED_DEPTH || nr_requests <= self.set.reserved() {
+            return Err(ConfigError::BadNrRequests {
+                nr_requests,
+                max: MAX_SCHED_DEPTH,
+            });
+        }
+        let maps = (0..self.set.maps.len())
+            .map(|map| {
+                let params = MapParams {
+                    depth: nr_requests,
+                    reserved: self.set.reserved(),
+                    nr_cpus: self.set.nr_cpus(),
+                    round_robin: false,
+                    driver: false,
+                    map,
+                    min_shallow_depth: Some(1),
+                };
+                TagMap::new(&params, &mut init_request)
+            })
+            .collect::<Result<Box<[_]>, _>>()?;
+        if self.sched.is_some() {
+            self.detach_scheduler()
+                .map_err(|_| ConfigError::BadNrRequests {
+                    nr_requests,
+                    max: MAX_SCHED_DEPTH,
+                })?;
+        }
+        self.sched = Some(SchedTags {
+            id: next_pool_id(),
+            maps,
+        });
+        Ok(())
+    }
+
+    /// Frees the scheduler tags; requests come from driver tags again.
+    ///
+    /// # Errors
+    /// [`TagError::NoScheduler`] without scheduler tags; [`TagError::Busy`] while any of
+    /// their requests is out.
+    pub fn detach_scheduler(&mut self) -> Result<(), TagError> {
+        let sched = self.sched.as_ref().ok_or(TagError::NoScheduler)?;
+        if sched.maps.iter().any(|m| m.busy() != 0) {
+            return Err(TagError::Busy);
+        }
+        let _guard = self.set.iter_lock.lock();
+        self.sched = None;
+        Ok(())
+    }
+
+    /// Whether the queue has scheduler tags.
+    pub fn has_scheduler(&self) -> bool {
+        self.sched.is_some()
+    }
+
+    /// Scheduler requests per map (`nr_requests`), when there are scheduler tags.
+    pub fn nr_requests(&self) -> Option<usize> {
+        self.sched.as_ref().map(|s| s.maps[0].depth())
+    }
+
+    /// Changes `nr_requests` within the depth the scheduler tags were made with.
+    ///
+    /// # Errors
+    /// [`ConfigError::BadDepthUpdate`] outside it; [`ConfigError::BadNrRequests`] without
+    /// scheduler tags.
+    pub fn set_nr_requests(&self, nr_requests: usize) -> Result<(), ConfigError> {
+        let sched = self.sched.as_ref().ok_or(ConfigError::BadNrRequests {
+            nr_requests,
+            max: MAX_SCHED_DEPTH,
+        })?;
+        for map in sched.maps.iter() {
+            map.resize(nr_requests)?;
+        }
+        Ok(())
+    }
+
+    /// Declares the smallest shallow limit allocations will use on the scheduler tags (an
+    /// elevator's `depth_updated`), which sizes the wake-up batch so none is lost.
+    ///
+    /// # Errors
+    /// [`ConfigError::BadNrRequests`] without scheduler tags; [`ConfigError::BadShallowDepth`]
+    /// for 0 or beyond `nr_requests`.
+    pub fn set_min_shallow_depth(&self, depth: usize) -> Result<(), ConfigError> {
+        let sched = self.sched.as_ref().ok_or(ConfigError::BadNrRequests {
+            nr_requests: 0,
+            max: MAX_SCHED_DEPTH,
+        })?;
+        let limit = sched.maps[0].normal.depth();
+        if depth == 0 || depth > limit {
+            return Err(ConfigError::BadShallowDepth {
+                shallow_depth: depth,
+                depth: limit,
+            });
+        }
+        for map in sched.maps.iter() {
+            map.normal.set_min_shallow_depth(depth);
+        }
+        Ok(())
+    }
+
+    /// Scheduler requests out, over every map.
+    pub fn sched_busy(&self) -> usize {
+        self.sched
+            .as_ref()
+            .map_or(0, |s| s.maps.iter().map(TagMap::busy).sum())
+    }
+}
+
+impl<T, P: Platform> Drop for QueueTags<T, P> {
+    fn drop(&mut self) {
+        let set = Arc::clone(&self.set);
+        {
+            let _guard = set.iter_lock.lock();
+            for (m, map) in set.maps.iter().enumerate() {
+                map.for_each_busy_tag(|tag| {
+                    self.reclaim(m, map, tag);
+                    true
+                });
+            }
+            // Scheduler tags go while the lock is held: no iterator can be inside them.
+            self.sched = None;
+        }
+        for m in 0..self.activity.len() {
+            self.deactivate(m);
+        }
+        set.queues.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl<T, P: Platform> QueueTags<T, P> {
+    /// Frees driver tag `tag` of map `m` if one of our requests, whose token is now
+    /// unusable, still holds it. The caller holds `iter_lock` and `&mut self`.
+    fn reclaim(&self, m: usize, map: &TagMap<T, P::RawMutex>, tag: usize) {
+        let slot = map.rqs[tag].load(Ordering::Acquire);
+        let request = if slot.is_null() {
+            &map.requests[tag]
+        } else if let Some(sched) = &self.sched {
+            if !sched
+                .maps
+                .iter()
+                .any(|sm| sm.requests.as_ptr_range().contains(&slot.cast_const()))
+            {
+                return;
+            }
+            // SAFETY: the slot points into our scheduler tags, alive until the caller drops
+            // them after this loop.
+            unsafe { &*slot }
+        } else {
+            return;
+        };
+        if request.queue_id() != self.id || request.state() == RqState::Free {
+            return;
+        }
+        // SAFETY: the request's token can only be used through `self`, which the caller
+        // holds mutably: nobody else touches `io`.
+        let io = unsafe { request.io_mut() };
+        if io.nr_bios() != 0 {
+            io.end_bios(&self.set.bios, Status::IoErr);
+        }
+        let (cpu, counted) = (io.alloc_cpu as usize, io.counted);
+        if !slot.is_null() {
+            map.rqs[tag].store(ptr::null_mut(), Ordering::Release);
+        }
+        request.set_driver_tag(NO_TAG);
+        request.release();
+        // The tag is set (we are iterating set bits), so this cannot fail.
+        let _ = self.put_driver_tag_raw(m, tag, cpu, counted);
+    }
+}
+
+impl<T, P: Platform> fmt::Debug for QueueTags<T, P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("QueueTags")
+            .field("id", &self.id)
+            .field("scheduler", &self.sched.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The future of [`QueueTags::alloc_async`].
+pub struct AllocFuture<'q, T, P: Platform> {
+    queue: &'q QueueTags<T, P>,
+    alloc: Alloc,
+    waiter: Option<Waiter<'q, P::RawMutex>>,
+}
+
+impl<T, P: Platform> Future for AllocFuture<'_, T, P> {
+    type Output = Result<Rq, TagError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let queue = this.queue;
+        let alloc = this.alloc;
+        if this.waiter.is_none() {
+            // Errors (a bad queue index, no reserved tags) come back at once, not after a wait.
+            if let Some(rq) = queue.try_alloc(&alloc)? {
+                return Poll::Ready(Ok(rq));
+            }
+            let wait_queue = queue.wait_queue(&alloc)?;
+            let m = queue.set.map_index(alloc.hctx);
+            let hint = match &queue.sched {
+                None => queue.set.maps[m].waiter_hint(alloc.cpu),
+                Some(sched) => sched.maps[m].waiter_hint(alloc.cpu),
+            };
+            this.waiter = Some(wait_queue.waiter(hint));
+        }
+        let waiter = this.waiter.as_mut().expect("set above");
+        waiter.poll_get_with(cx, || match queue.try_alloc(&alloc) {
+            Ok(Some(rq)) => Some(Ok(rq)),
+            Ok(None) => None,
+            Err(e) => Some(Err(e)),
+        })
+    }
+}
+
+impl<T, P: Platform> fmt::Debug for AllocFuture<'_, T, P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AllocFuture")
+            .field("alloc", &self.alloc)
+            .field("waiting", &self.waiter.is_some())
+            .finish()
+    }
+}

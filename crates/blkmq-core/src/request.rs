@@ -1,0 +1,615 @@
+//! Requests: preallocated per tag, owned through an [`Rq`] token, observed by anyone.
+//!
+//! # Ownership
+//!
+//! Every request lives in an array that is allocated when its tags are created and freed
+//! with them; a request is never moved or freed while anyone can name it. A request has two
+//! sides:
+//!
+//! * the **owner's side** ([`RqIo`]: the bio chain, position, length, scheduler data), reached
+//!   only through the [`Rq`] token that allocation returns. An `Rq` cannot be cloned or made
+//!   up, and freeing consumes it, so at most one `&mut RqIo` exists per request;
+//! * the **shared side** ([`Request`]: state, generation, tags, deadline, the driver's
+//!   payload), readable through `&Request` by anyone — a busy-tag iterator, a timeout
+//!   handler, an interrupt completing by tag. It holds only atomics and the driver payload
+//!   `T: Sync`, so a reader racing the owner sees stale values, never torn memory.
+//!
+//! # Lookup against a racing completion
+//!
+//! A tag -> request lookup ([`crate::QueueTags::tag_to_rq`], busy iteration) returns a
+//! `&Request` whose memory is valid for as long as the tags live, which the borrow enforces.
+//! What may be stale is *which* I/O the request carries: it may complete and be reused while a
+//! timeout handler looks at it. The [generation](Request::generation) settles that: it changes
+//! on every allocation, and [`Request::try_complete`] moves a request from in flight to
+//! complete only if the generation is still the one the caller saw. Of a timeout handler and
+//! an interrupt racing to end the same I/O, exactly one wins; the other learns it lost and
+//! leaves the request alone.
+
+use core::cell::UnsafeCell;
+use core::fmt;
+
+use crate::bio::{Bio, BioFlags, IoPrio, IssuerId, Op, Status};
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
+
+/// No tag: the value of a tag field that holds none.
+pub const NO_TAG: u32 = u32::MAX;
+
+/// Where a request is in its life.
+///
+/// ```text
+///            alloc            start              complete              free
+///   Free ----------> Idle ----------> InFlight ------------> Complete -------> Free
+///                     ^                  |  requeue
+///                     +------------------+
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum RqState {
+    /// Not allocated.
+    Free = 0,
+    /// Allocated (or requeued), not yet handed to the driver.
+    Idle = 1,
+    /// Handed to the driver, which has not completed it.
+    InFlight = 2,
+    /// Completed; its tags are about to be freed.
+    Complete = 3,
+}
+
+const STATE_BITS: u32 = 2;
+const STATE_MASK: u32 = (1 << STATE_BITS) - 1;
+
+fn decode_state(word: u32) -> RqState {
+    match word & STATE_MASK {
+        0 => RqState::Free,
+        1 => RqState::Idle,
+        2 => RqState::InFlight,
+        _ => RqState::Complete,
+    }
+}
+
+/// A request as everyone may see it: its state, tags and deadline, and the driver's payload.
+///
+/// # Invariants
+/// * `state` packs a generation (upper 30 bits) and an [`RqState`] (lower 2 bits). The
+///   generation changes only on allocation (`Free -> Idle`); every other transition keeps it.
+/// * Only the holder of the request's [`Rq`] moves it out of `Free`, `Idle` or `Complete`;
+///   `InFlight -> Complete` is a compare-exchange that anyone holding the generation may
+///   attempt ([`try_complete`](Self::try_complete)), and exactly one attempt succeeds.
+/// * `io` is touched only by the holder of the `Rq` (see the module documentation).
+pub struct Request<T> {
+    state: AtomicU32,
+    deadline_ns: AtomicU64,
+    hctx: AtomicU32,
+    queue: AtomicU32,
+    driver_tag: AtomicU32,
+    /// The request's own tag in the array that owns it.
+    tag: u32,
+    io: UnsafeCell<RqIo>,
+    payload: T,
+}
+
+// SAFETY: the shared side is atomics and `T: Sync`; `io` is reached only through the unique
+// `Rq` token (a `&mut Rq` borrow), so no two threads touch it at once, and `RqIo` is `Send`.
+unsafe impl<T: Sync> Sync for Request<T> {}
+
+impl<T> Request<T> {
+    pub(crate) fn new(tag: u32, payload: T) -> Self {
+        Self {
+            state: AtomicU32::new(RqState::Free as u32),
+            deadline_ns: AtomicU64::new(0),
+            hctx: AtomicU32::new(0),
+            queue: AtomicU32::new(u32::MAX),
+            driver_tag: AtomicU32::new(NO_TAG),
+            tag,
+            io: UnsafeCell::new(RqIo::EMPTY),
+            payload,
+        }
+    }
+
+    /// The driver's per-request data, made by its `init_request` when the tags were created.
+    ///
+    /// Shared: an interrupt or a timeout handler may read it while the owner works, so
+    /// mutable parts need their own synchronisation (atomics, a lock).
+    pub fn payload(&self) -> &T {
+        &self.payload
+    }
+
+    /// The current state.
+    pub fn state(&self) -> RqState {
+        decode_state(self.state.load(Ordering::Acquire))
+    }
+
+    /// The generation: changes each time the request is allocated.
+    pub fn generation(&self) -> u32 {
+        self.state.load(Ordering::Acquire) >> STATE_BITS
+    }
+
+    /// The generation and state read together.
+    pub fn snapshot(&self) -> (u32, RqState) {
+        let word = self.state.load(Ordering::Acquire);
+        (word >> STATE_BITS, decode_state(word))
+    }
+
+    /// The request's tag in the tags that own it: the driver tag without a scheduler, the
+    /// scheduler tag with one.
+    pub fn tag(&self) -> u32 {
+        self.tag
+    }
+
+    /// The driver tag while one is held, else [`NO_TAG`].
+    pub fn driver_tag(&self) -> u32 {
+        self.driver_tag.load(Ordering::Acquire)
+    }
+
+    /// The hardware queue the request was allocated for.
+    pub fn hctx(&self) -> usize {
+        self.hctx.load(Ordering::Relaxed) as usize
+    }
+
+    /// `(hctx << 16) | driver tag`, the tag a driver with several hardware queues gives its
+    /// hardware; `None` without a driver tag.
+    pub fn unique_tag(&self) -> Option<u32> {
+        match self.driver_tag() {
+            NO_TAG => None,
+            tag => Some(unique_tag(self.hctx(), tag)),
+        }
+    }
+
+    /// When the request times out, in the platform's nanoseconds (0 before it starts).
+    pub fn deadline_ns(&self) -> u64 {
+        self.deadline_ns.load(Ordering::Relaxed)
+    }
+
+    /// Moves the request from in flight to complete if it is still generation `generation`.
+    /// Returns whether this call did it: of several racing callers (an interrupt and a
+    /// timeout handler), exactly one gets `true`.
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, RqState, TagSet};
+    ///
+    /// let set = TagSet::builder(4).build(blkmq_core::StdPlatform::new(), |_| ()).unwrap();
+    /// let queue = set.attach().unwrap();
+    /// let mut rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    /// queue.start(&mut rq, 1_000).unwrap();
+    /// let request = queue.request(&rq).unwrap();
+    /// let seen = request.generation();
+    /// assert!(request.try_complete(seen));
+    /// assert!(!request.try_complete(seen)); // the loser of the race
+    /// assert_eq!(request.state(), RqState::Complete);
+    /// queue.free(rq).unwrap();
+    /// ```
+    pub fn try_complete(&self, generation: u32) -> bool {
+        let from = (generation << STATE_BITS) | RqState::InFlight as u32;
+        let to = (generation << STATE_BITS) | RqState::Complete as u32;
+        self.state
+            .compare_exchange(from, to, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    // Owner-side transitions (the caller holds the `Rq`).
+
+    /// `Free -> Idle` with a new generation, publishing where it belongs.
+    #[inline(always)]
+    pub(crate) fn claim(&self, hctx: u32, queue: u32) {
+        self.hctx.store(hctx, Ordering::Relaxed);
+        self.queue.store(queue, Ordering::Relaxed);
+        let generation = (self.state.load(Ordering::Relaxed) >> STATE_BITS).wrapping_add(1);
+        // Release: a reader that sees the new generation sees `hctx` and `queue`.
+        self.state.store(
+            (generation << STATE_BITS) | RqState::Idle as u32,
+            Ordering::Release,
+        );
+    }
+
+    /// Any state -> `Free`, keeping the generation.
+    #[inline(always)]
+    pub(crate) fn release(&self) {
+        let word = self.state.load(Ordering::Relaxed);
+        self.state.store(word & !STATE_MASK, Ordering::Release);
+    }
+
+    pub(crate) fn set_state(&self, state: RqState) {
+        let word = self.state.load(Ordering::Relaxed);
+        self.state
+            .store((word & !STATE_MASK) | state as u32, Ordering::Release);
+    }
+
+    pub(crate) fn set_deadline(&self, deadline_ns: u64) {
+        self.deadline_ns.store(deadline_ns, Ordering::Relaxed);
+    }
+
+    pub(crate) fn set_driver_tag(&self, tag: u32) {
+        self.driver_tag.store(tag, Ordering::Release);
+    }
+
+    pub(crate) fn queue_id(&self) -> u32 {
+        self.queue.load(Ordering::Relaxed)
+    }
+
+    /// The owner's side.
+    ///
+    /// # Safety
+    /// The caller holds this request's `Rq` borrowed mutably for the returned lifetime (or
+    /// owns it, as allocation and freeing do), so no other reference to `io` exists.
+    #[inline(always)]
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn io_mut(&self) -> &mut RqIo {
+        // SAFETY: exclusive access is the caller's contract.
+        unsafe { &mut *self.io.get() }
+    }
+}
+
+impl<T: fmt::Debug> fmt::Debug for Request<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (generation, state) = self.snapshot();
+        f.debug_struct("Request")
+            .field("tag", &self.tag)
+            .field("state", &state)
+            .field("generation", &generation)
+            .field("hctx", &self.hctx())
+            .field("driver_tag", &self.driver_tag())
+            .field("payload", &self.payload)
+            .finish()
+    }
+}
+
+/// `(hctx << 16) | tag`: a tag that also names its hardware queue.
+///
+/// ```
+/// use blkmq_core::{unique_tag, unique_tag_hwq, unique_tag_tag};
+/// let t = unique_tag(3, 17);
+/// assert_eq!((unique_tag_hwq(t), unique_tag_tag(t)), (3, 17));
+/// ```
+pub const fn unique_tag(hctx: usize, tag: u32) -> u32 {
+    ((hctx as u32) << 16) | (tag & 0xffff)
+}
+
+/// The hardware queue of a [`unique_tag`].
+pub const fn unique_tag_hwq(unique: u32) -> usize {
+    (unique >> 16) as usize
+}
+
+/// The tag of a [`unique_tag`].
+pub const fn unique_tag_tag(unique: u32) -> u32 {
+    unique & 0xffff
+}
+
+/// The token of an allocated request: whoever holds it owns the request's I/O side.
+///
+/// Returned by allocation, consumed by freeing; it cannot be cloned, so a request is never
+/// freed twice through it. It is 8 bytes and holds no reference, so it moves freely through
+/// lists and across threads. Dropping one without freeing it leaks its tag, which is why it
+/// is `#[must_use]`.
+#[must_use = "dropping an Rq leaks its tag; free it"]
+#[derive(Debug, PartialEq, Eq)]
+pub struct Rq {
+    pub(crate) pool: u32,
+    pub(crate) map: u16,
+    pub(crate) tag: u16,
+}
+
+impl Rq {
+    /// The request's tag in the tags that own it (see [`Request::tag`]).
+    pub fn tag(&self) -> u32 {
+        u32::from(self.tag)
+    }
+}
+
+/// The owner's side of a request: the I/O it carries.
+///
+/// The first bio is held inline; bios merged after or before it are linked through slots of
+/// the tag set's bio pool, allocated when the tag set was created, so merging allocates
+/// nothing.
+#[derive(Debug)]
+pub struct RqIo {
+    op: Op,
+    flags: BioFlags,
+    prio: IoPrio,
+    issuer: IssuerId,
+    sector: u64,
+    sectors: u64,
+    nr_bios: u32,
+    first: Option<Bio>,
+    /// Pool slots of the bios after `first`, as a list.
+    chain_head: u32,
+    chain_tail: u32,
+    /// When the request was started (platform nanoseconds).
+    pub(crate) start_ns: u64,
+    pub(crate) alloc_cpu: u32,
+    /// Whether the driver tag counts towards its queue's fair share.
+    pub(crate) counted: bool,
+    /// Free for the elevator that holds the request (Linux's `rq->elv.priv`).
+    pub sched_data: [u64; 2],
+}
+
+impl RqIo {
+    const EMPTY: RqIo = RqIo {
+        op: Op::Read,
+        flags: BioFlags::empty(),
+        prio: IoPrio::DEFAULT,
+        issuer: IssuerId(0),
+        sector: 0,
+        sectors: 0,
+        nr_bios: 0,
+        first: None,
+        chain_head: NO_TAG,
+        chain_tail: NO_TAG,
+        start_ns: 0,
+        alloc_cpu: 0,
+        counted: false,
+        sched_data: [0; 2],
+    };
+
+    pub(crate) fn reset(&mut self, cpu: u32) {
+        *self = RqIo {
+            alloc_cpu: cpu,
+            ..RqIo::EMPTY
+        };
+    }
+
+    /// The operation (that of the first bio).
+    pub fn op(&self) -> Op {
+        self.op
+    }
+
+    /// The flags of the first bio.
+    pub fn flags(&self) -> BioFlags {
+        self.flags
+    }
+
+    /// The priority of the first bio.
+    pub fn prio(&self) -> IoPrio {
+        self.prio
+    }
+
+    /// The issuer of the first bio.
+    pub fn issuer(&self) -> IssuerId {
+        self.issuer
+    }
+
+    /// First sector.
+    pub fn sector(&self) -> u64 {
+        self.sector
+    }
+
+    /// Length in sectors, over every bio.
+    pub fn sectors(&self) -> u64 {
+        self.sectors
+    }
+
+    /// The sector after the last.
+    pub fn end_sector(&self) -> u64 {
+        self.sector + self.sectors
+    }
+
+    /// How many bios the request carries.
+    pub fn nr_bios(&self) -> u32 {
+        self.nr_bios
+    }
+
+    /// When the request was started, in platform nanoseconds.
+    pub fn start_ns(&self) -> u64 {
+        self.start_ns
+    }
+
+    /// The first bio, if any.
+    pub fn first_bio(&self) -> Option<&Bio> {
+        self.first.as_ref()
+    }
+}
+
+impl IoPrio {
+    pub(crate) const DEFAULT: IoPrio = match IoPrio::new(crate::IoPrioClass::BestEffort, 4) {
+        Ok(p) => p,
+        Err(_) => unreachable!(),
+    };
+}
+
+/// Storage for merged bios: slots linked into per-request chains.
+///
+/// Slots are allocated through a bitmap; a slot's contents belong to the request whose chain
+/// links it, and are touched only by that request's owner.
+pub(crate) struct BioPool {
+    map: blkmq_sbitmap::Sbitmap,
+    slots: alloc::boxed::Box<[BioSlot]>,
+    hint: blkmq_sbitmap::AllocHint,
+}
+
+struct BioSlot {
+    cell: UnsafeCell<Link>,
+}
+
+#[derive(Clone, Copy)]
+struct Link {
+    bio: Bio,
+    next: u32,
+}
+
+// SAFETY: a slot is reached only by the owner of the request whose chain links it; the bitmap
+// hands each slot to one chain at a time (acquire on get, release on put).
+unsafe impl Sync for BioSlot {}
+
+impl BioPool {
+    pub(crate) fn new(slots: usize) -> Result<Self, crate::ConfigError> {
+        let map = blkmq_sbitmap::Sbitmap::new(slots.max(1))?;
+        let empty = Link {
+            bio: Bio::new(Op::Read, 0, 0),
+            next: NO_TAG,
+        };
+        Ok(Self {
+            map,
+            slots: (0..slots.max(1))
+                .map(|_| BioSlot {
+                    cell: UnsafeCell::new(empty),
+                })
+                .collect(),
+            hint: blkmq_sbitmap::AllocHint::new(0),
+        })
+    }
+
+    /// # Safety
+    /// `slot` was allocated from this pool and is linked into a chain the caller owns.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn link(&self, slot: u32) -> &mut Link {
+        // SAFETY: the caller owns the chain that holds `slot` (see the type's contract).
+        unsafe { &mut *self.slots[slot as usize].cell.get() }
+    }
+
+    fn take(&self, bio: Bio) -> Result<u32, Bio> {
+        let Some(slot) = self.map.get(&self.hint) else {
+            return Err(bio);
+        };
+        let slot = slot as u32;
+        // SAFETY: the bitmap just handed `slot` to us alone.
+        let link = unsafe { self.link(slot) };
+        *link = Link { bio, next: NO_TAG };
+        Ok(slot)
+    }
+
+    fn give_back(&self, slot: u32) {
+        // A slot on a chain is allocated, so this cannot fail; a failure would be a broken
+        // chain, an internal invariant.
+        self.map
+            .put(slot as usize, &self.hint)
+            .expect("a chained bio slot is allocated");
+    }
+
+    /// Slots in use.
+    pub(crate) fn in_use(&self) -> usize {
+        self.map.weight()
+    }
+}
+
+impl RqIo {
+    /// Makes `bio` the request's only bio.
+    pub(crate) fn set_bio(&mut self, bio: Bio) {
+        self.op = bio.op;
+        self.flags = bio.flags;
+        self.prio = bio.prio;
+        self.issuer = bio.issuer;
+        self.sector = bio.sector;
+        self.sectors = u64::from(bio.sectors);
+        self.nr_bios = 1;
+        self.first = Some(bio);
+    }
+
+    /// Appends `bio` (a back merge). Gives it back when the pool has no slot.
+    pub(crate) fn append(&mut self, pool: &BioPool, bio: Bio) -> Result<(), Bio> {
+        if self.first.is_none() {
+            self.set_bio(bio);
+            return Ok(());
+        }
+        let sectors = u64::from(bio.sectors);
+        let slot = pool.take(bio)?;
+        if self.chain_tail == NO_TAG {
+            self.chain_head = slot;
+        } else {
+            // SAFETY: the tail slot is on our chain.
+            unsafe { pool.link(self.chain_tail) }.next = slot;
+        }
+        self.chain_tail = slot;
+        self.sectors += sectors;
+        self.nr_bios += 1;
+        Ok(())
+    }
+
+    /// Puts `bio` in front (a front merge). Gives it back when the pool has no slot.
+    pub(crate) fn prepend(&mut self, pool: &BioPool, bio: Bio) -> Result<(), Bio> {
+        let Some(old_first) = self.first else {
+            self.set_bio(bio);
+            return Ok(());
+        };
+        let slot = pool.take(old_first).map_err(|_| bio)?;
+        // SAFETY: `slot` is ours, fresh from the pool.
+        unsafe { pool.link(slot) }.next = self.chain_head;
+        self.chain_head = slot;
+        if self.chain_tail == NO_TAG {
+            self.chain_tail = slot;
+        }
+        let sectors = self.sectors + u64::from(bio.sectors);
+        let nr_bios = self.nr_bios + 1;
+        self.set_bio(bio);
+        self.sectors = sectors;
+        self.nr_bios = nr_bios;
+        Ok(())
+    }
+
+    /// Moves every bio of `other` to the end of this chain, relinking its slots; only its
+    /// first bio needs a new slot. Returns false, moving nothing, when none is free.
+    pub(crate) fn absorb(&mut self, pool: &BioPool, other: &mut RqIo) -> bool {
+        let Some(other_first) = other.first else {
+            return true;
+        };
+        if self.first.is_none() {
+            core::mem::swap(self, other);
+            // Keep our own bookkeeping; only the I/O moved.
+            core::mem::swap(&mut self.alloc_cpu, &mut other.alloc_cpu);
+            core::mem::swap(&mut self.counted, &mut other.counted);
+            core::mem::swap(&mut self.start_ns, &mut other.start_ns);
+            core::mem::swap(&mut self.sched_data, &mut other.sched_data);
+            return true;
+        }
+        let Ok(slot) = pool.take(other_first) else {
+            return false;
+        };
+        // SAFETY: `slot` is fresh and ours; `other`'s chain is handed to us whole.
+        unsafe { pool.link(slot) }.next = other.chain_head;
+        if self.chain_tail == NO_TAG {
+            self.chain_head = slot;
+        } else {
+            // SAFETY: our tail slot is on our chain.
+            unsafe { pool.link(self.chain_tail) }.next = slot;
+        }
+        self.chain_tail = if other.chain_tail == NO_TAG {
+            slot
+        } else {
+            other.chain_tail
+        };
+        self.sectors += other.sectors;
+        self.nr_bios += other.nr_bios;
+        other.first = None;
+        other.chain_head = NO_TAG;
+        other.chain_tail = NO_TAG;
+        other.nr_bios = 0;
+        other.sectors = 0;
+        true
+    }
+
+    /// Calls `f` on every bio, front to back.
+    pub(crate) fn for_each_bio(&self, pool: &BioPool, mut f: impl FnMut(&Bio)) {
+        if let Some(first) = &self.first {
+            f(first);
+        }
+        let mut slot = self.chain_head;
+        while slot != NO_TAG {
+            // SAFETY: `slot` is on our chain.
+            let link = unsafe { pool.link(slot) };
+            f(&link.bio);
+            slot = link.next;
+        }
+    }
+
+    /// Ends every bio with `status`, front to back, and returns their slots to the pool.
+    /// Returns how many bios ended.
+    pub(crate) fn end_bios(&mut self, pool: &BioPool, status: Status) -> u32 {
+        let mut ended = 0;
+        if let Some(first) = self.first.take() {
+            first.complete(status);
+            ended += 1;
+        }
+        let mut slot = self.chain_head;
+        while slot != NO_TAG {
+            // SAFETY: `slot` is on our chain; we unlink it before giving it back.
+            let link = *unsafe { pool.link(slot) };
+            pool.give_back(slot);
+            link.bio.complete(status);
+            ended += 1;
+            slot = link.next;
+        }
+        self.chain_head = NO_TAG;
+        self.chain_tail = NO_TAG;
+        self.nr_bios = 0;
+        self.sectors = 0;
+        ended
+    }
+}

@@ -1,0 +1,502 @@
+//! Tag sets: the tag space of a host, per hardware queue or shared by all of them.
+
+use alloc::boxed::Box;
+use alloc::sync::Arc;
+use core::fmt;
+use core::sync::atomic::AtomicU32 as IdCounter;
+
+use crate::error::{ConfigError, TagError};
+use crate::platform::Platform;
+use crate::request::{BioPool, NO_TAG, Request, RqState};
+use crate::sync::{AtomicUsize, Ordering};
+use crate::tags::{MapParams, RequestInit, TagMap};
+
+/// The deepest a tag set may be (Linux's `BLK_MQ_MAX_DEPTH`).
+pub const MAX_DEPTH: usize = 10240;
+/// The most hardware queues a tag set may have: a [`unique_tag`](crate::unique_tag) keeps 16
+/// bits for the queue.
+pub const MAX_HW_QUEUES: usize = 1 << 16;
+/// The deepest scheduler tags may be (Linux's `MAX_SCHED_RQ`).
+pub const MAX_SCHED_DEPTH: usize = 2048;
+/// The default request timeout: 30 s.
+pub const DEFAULT_TIMEOUT_NS: u64 = 30_000_000_000;
+/// The default limit on request queues sharing one tag set.
+pub const DEFAULT_MAX_QUEUES: usize = 1024;
+
+bitflags::bitflags! {
+    /// How a tag set behaves (Linux's `BLK_MQ_F_*`).
+    ///
+    /// ```
+    /// use blkmq_core::TagSetFlags;
+    /// let flags = TagSetFlags::SHARED_HOST_TAGS | TagSetFlags::BLOCKING;
+    /// assert!(flags.contains(TagSetFlags::SHARED_HOST_TAGS));
+    /// ```
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+    pub struct TagSetFlags: u32 {
+        /// One tag space and one request array for every hardware queue of the set.
+        const SHARED_HOST_TAGS = 1 << 0;
+        /// The driver's `queue_rq` may sleep.
+        const BLOCKING = 1 << 1;
+        /// Queues of this set never get an I/O scheduler.
+        const NO_SCHED = 1 << 2;
+        /// Tags are handed out in strict round-robin order (some ATA hosts need it).
+        const ROUND_ROBIN = 1 << 3;
+    }
+}
+
+/// Hands out tag-set and scheduler-tag identities; `Rq` tokens carry them.
+static NEXT_POOL_ID: IdCounter = IdCounter::new(1);
+
+pub(crate) fn next_pool_id() -> u32 {
+    NEXT_POOL_ID.fetch_add(1, core::sync::atomic::Ordering::Relaxed)
+}
+
+/// Builds a [`TagSet`]; every parameter is checked by [`build`](Self::build).
+///
+/// ```
+/// use blkmq_core::{StdPlatform, TagSet, TagSetFlags};
+///
+/// let set = TagSet::builder(256)
+///     .hw_queues(8)
+///     .reserved(2)
+///     .flags(TagSetFlags::SHARED_HOST_TAGS)
+///     .build(StdPlatform::new(), |init| init.tag as u32)
+///     .unwrap();
+/// assert_eq!(set.nr_maps(), 1); // one tag space for all eight queues
+/// assert_eq!(set.depth(), 256);
+///
+/// assert!(TagSet::builder(0).build(StdPlatform::new(), |_| ()).is_err());
+/// ```
+#[derive(Clone, Debug)]
+pub struct TagSetBuilder {
+    depth: usize,
+    nr_hw_queues: usize,
+    reserved: usize,
+    flags: TagSetFlags,
+    max_queues: usize,
+    timeout_ns: u64,
+    bio_slots: Option<usize>,
+}
+
+impl TagSetBuilder {
+    /// With `nr` hardware queues (default 1).
+    pub fn hw_queues(mut self, nr: usize) -> Self {
+        self.nr_hw_queues = nr;
+        self
+    }
+
+    /// With `nr` reserved tags (default 0): numbered first, allocated only on request, never
+    /// subject to fair sharing.
+    pub fn reserved(mut self, nr: usize) -> Self {
+        self.reserved = nr;
+        self
+    }
+
+    /// With `flags` (default none).
+    pub fn flags(mut self, flags: TagSetFlags) -> Self {
+        self.flags = flags;
+        self
+    }
+
+    /// At most `max` request queues may share the set (default [`DEFAULT_MAX_QUEUES`]).
+    pub fn max_queues(mut self, max: usize) -> Self {
+        self.max_queues = max;
+        self
+    }
+
+    /// Requests time out `timeout_ns` after they start (default [`DEFAULT_TIMEOUT_NS`]).
+    pub fn timeout_ns(mut self, timeout_ns: u64) -> Self {
+        self.timeout_ns = timeout_ns;
+        self
+    }
+
+    /// Room for `slots` merged bios beyond each request's first (default 4 x depth). A
+    /// merge that finds no room is refused, and the bio gets a request of its own.
+    pub fn bio_slots(mut self, slots: usize) -> Self {
+        self.bio_slots = Some(slots);
+        self
+    }
+
+    /// Checks the parameters without building.
+    ///
+    /// # Errors
+    /// The [`ConfigError`] `build` would return.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.depth == 0 {
+            return Err(ConfigError::ZeroDepth);
+        }
+        if self.depth > MAX_DEPTH {
+            return Err(ConfigError::DepthTooLarge {
+                depth: self.depth,
+                max: MAX_DEPTH,
+            });
+        }
+        if self.reserved >= self.depth {
+            return Err(ConfigError::TooManyReserved {
+                reserved: self.reserved,
+                depth: self.depth,
+            });
+        }
+        if self.nr_hw_queues == 0 {
+            return Err(ConfigError::ZeroHwQueues);
+        }
+        if self.nr_hw_queues > MAX_HW_QUEUES {
+            return Err(ConfigError::TooManyHwQueues {
+                nr_hw_queues: self.nr_hw_queues,
+                max: MAX_HW_QUEUES,
+            });
+        }
+        if self.max_queues == 0 {
+            return Err(ConfigError::ZeroQueues);
+        }
+        Ok(())
+    }
+
+    /// Builds the set on `platform`, calling `init_request` once per preallocated request
+    /// (Linux's `init_request`) to make the driver's payload.
+    ///
+    /// Per-queue tags allocate `nr_hw_queues` tag maps of `depth` requests each; shared host
+    /// tags allocate one, whatever the number of hardware queues.
+    ///
+    /// # Errors
+    /// [`ConfigError`]: a depth of 0 or above [`MAX_DEPTH`], reserved tags leaving no normal
+    /// tag, 0 or more than [`MAX_HW_QUEUES`] hardware queues, a `max_queues` of 0, a
+    /// platform with no CPU.
+    pub fn build<T, P: Platform>(
+        self,
+        platform: P,
+        mut init_request: impl FnMut(RequestInit) -> T,
+    ) -> Result<Arc<TagSet<T, P>>, ConfigError> {
+        self.validate()?;
+        let nr_cpus = platform.nr_cpus();
+        if nr_cpus == 0 {
+            return Err(ConfigError::ZeroCpus);
+        }
+        let shared = self.flags.contains(TagSetFlags::SHARED_HOST_TAGS);
+        let nr_maps = if shared { 1 } else { self.nr_hw_queues };
+        let maps = (0..nr_maps)
+            .map(|map| {
+                let params = MapParams {
+                    depth: self.depth,
+                    reserved: self.reserved,
+                    nr_cpus,
+                    round_robin: self.flags.contains(TagSetFlags::ROUND_ROBIN),
+                    driver: true,
+                    map,
+                    min_shallow_depth: None,
+                };
+                TagMap::new(&params, &mut init_request)
+            })
+            .collect::<Result<Box<[_]>, _>>()?;
+        let bios = BioPool::new(self.bio_slots.unwrap_or(4 * self.depth))?;
+        Ok(Arc::new(TagSet {
+            id: next_pool_id(),
+            nr_hw_queues: self.nr_hw_queues,
+            depth: AtomicUsize::new(self.depth),
+            reserved: self.reserved,
+            flags: self.flags,
+            max_queues: self.max_queues,
+            timeout_ns: self.timeout_ns,
+            nr_cpus,
+            maps,
+            bios,
+            queues: AtomicUsize::new(0),
+            iter_lock: lock_api::Mutex::new(()),
+            platform,
+        }))
+    }
+}
+
+/// The tags and requests of a host: per hardware queue, or one set shared by all of them.
+///
+/// Request queues (LUNs, namespaces) use a tag set through a [`QueueTags`](crate::QueueTags)
+/// from [`attach`](Self::attach). While more than one is attached, each queue that allocates
+/// counts itself active, and a queue may hold at most `max(ceil(depth / active), 4)` normal
+/// tags of a map (reserved tags are exempt); a queue marked idle gives its share back.
+///
+/// # Invariants
+/// * `maps` has one entry with [`TagSetFlags::SHARED_HOST_TAGS`], else one per hardware
+///   queue; each holds `depth` preallocated requests, allocated here and freed with the set.
+/// * A map's `rqs[tag]` is non-null only while a scheduler request holds driver tag `tag`,
+///   and then points into scheduler tags that are freed only under `iter_lock` after their
+///   slots are cleared.
+///
+/// ```
+/// use blkmq_core::{Alloc, StdPlatform, TagSet};
+///
+/// let set = TagSet::builder(64).hw_queues(2).build(StdPlatform::new(), |_| ()).unwrap();
+/// let queue = set.attach().unwrap();
+/// let rq = queue.alloc(&Alloc::new(1, 0)).unwrap();
+/// assert_eq!(set.busy(), 1);
+/// queue.free(rq).unwrap();
+/// assert_eq!(set.busy(), 0);
+/// ```
+pub struct TagSet<T, P: Platform> {
+    pub(crate) id: u32,
+    nr_hw_queues: usize,
+    depth: AtomicUsize,
+    reserved: usize,
+    flags: TagSetFlags,
+    max_queues: usize,
+    timeout_ns: u64,
+    nr_cpus: usize,
+    pub(crate) maps: Box<[TagMap<T, P::RawMutex>]>,
+    pub(crate) bios: BioPool,
+    /// Attached request queues; above one, fair sharing is on.
+    pub(crate) queues: AtomicUsize,
+    /// Held by busy iteration and by whoever frees scheduler tags (see the invariants).
+    pub(crate) iter_lock: lock_api::Mutex<P::RawMutex, ()>,
+    pub(crate) platform: P,
+}
+
+/// A request seen by busy-tag iteration.
+#[derive(Debug)]
+pub struct BusyRq<'a, T> {
+    /// The hardware queue.
+    pub hctx: usize,
+    /// The driver tag.
+    pub tag: u32,
+    /// The request.
+    pub request: &'a Request<T>,
+}
+
+impl TagSet<(), crate::platform::NoPlatform> {
+    /// A builder for a tag set of `depth` tags per map (including reserved ones).
+    pub fn builder(depth: usize) -> TagSetBuilder {
+        TagSetBuilder {
+            depth,
+            nr_hw_queues: 1,
+            reserved: 0,
+            flags: TagSetFlags::empty(),
+            max_queues: DEFAULT_MAX_QUEUES,
+            timeout_ns: DEFAULT_TIMEOUT_NS,
+            bio_slots: None,
+        }
+    }
+}
+
+impl<T, P: Platform> TagSet<T, P> {
+    /// Number of hardware queues.
+    pub fn nr_hw_queues(&self) -> usize {
+        self.nr_hw_queues
+    }
+
+    /// Number of tag maps: 1 with shared host tags, else one per hardware queue.
+    pub fn nr_maps(&self) -> usize {
+        self.maps.len()
+    }
+
+    /// Tags per map, reserved included (as last set by [`update_depth`](Self::update_depth)).
+    pub fn depth(&self) -> usize {
+        self.depth.load(Ordering::Relaxed)
+    }
+
+    /// Reserved tags per map.
+    pub fn reserved(&self) -> usize {
+        self.reserved
+    }
+
+    /// The flags.
+    pub fn flags(&self) -> TagSetFlags {
+        self.flags
+    }
+
+    /// The request timeout in nanoseconds.
+    pub fn timeout_ns(&self) -> u64 {
+        self.timeout_ns
+    }
+
+    /// CPUs of the platform, as the set was built.
+    pub fn nr_cpus(&self) -> usize {
+        self.nr_cpus
+    }
+
+    /// The platform.
+    pub fn platform(&self) -> &P {
+        &self.platform
+    }
+
+    /// Request queues attached now.
+    pub fn nr_queues(&self) -> usize {
+        self.queues.load(Ordering::Relaxed)
+    }
+
+    /// Whether fair sharing is on (more than one request queue attached).
+    #[inline(always)]
+    pub fn is_shared(&self) -> bool {
+        self.queues.load(Ordering::Relaxed) > 1
+    }
+
+    /// The tag map serving `hctx`.
+    #[inline(always)]
+    pub(crate) fn map_index(&self, hctx: usize) -> usize {
+        if self.maps.len() == 1 { 0 } else { hctx }
+    }
+
+    /// Queues counted active on the map of `hctx`.
+    pub fn active_queues(&self, hctx: usize) -> usize {
+        self.maps
+            .get(self.map_index(hctx))
+            .map_or(0, |m| m.active_queues.load(Ordering::Relaxed))
+    }
+
+    /// The most normal tags of `hctx`'s map one active queue may hold now.
+    pub fn fair_share(&self, hctx: usize) -> usize {
+        self.maps.get(self.map_index(hctx)).map_or(0, |m| {
+            if self.is_shared() {
+                m.fair_share(m.active_queues.load(Ordering::Relaxed))
+            } else {
+                m.normal.depth()
+            }
+        })
+    }
+
+    /// Driver tags allocated, over every map.
+    pub fn busy(&self) -> usize {
+        self.maps.iter().map(TagMap::busy).sum()
+    }
+
+    /// Merged-bio slots in use.
+    pub fn bio_slots_in_use(&self) -> usize {
+        self.bios.in_use()
+    }
+
+    /// Changes the depth of every map, within the depth the set was built with (Linux's
+    /// `blk_mq_tag_update_depth` for driver tags); reserved tags keep their number. Tags
+    /// above a lowered depth that are in use stay valid until freed.
+    ///
+    /// # Errors
+    /// [`ConfigError::BadDepthUpdate`] outside `reserved + 1 ..= initial depth`.
+    ///
+    /// ```
+    /// use blkmq_core::{StdPlatform, TagSet};
+    /// let set = TagSet::builder(64).build(StdPlatform::new(), |_| ()).unwrap();
+    /// set.update_depth(16).unwrap();
+    /// assert_eq!(set.depth(), 16);
+    /// assert!(set.update_depth(65).is_err());
+    /// ```
+    pub fn update_depth(&self, depth: usize) -> Result<(), ConfigError> {
+        for map in self.maps.iter() {
+            map.resize(depth)?;
+        }
+        self.depth.store(depth, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Calls `f` for every request holding a driver tag, map by map, reserved tags first;
+    /// stops when `f` returns false. A request seen here may complete while `f` runs: compare
+    /// its [generation](Request::generation) before acting on it (see the `request` module).
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(8).hw_queues(2).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let queue = set.attach().unwrap();
+    /// let a = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    /// let b = queue.alloc(&Alloc::new(1, 0)).unwrap();
+    /// let mut seen = Vec::new();
+    /// set.for_each_busy(|busy| { seen.push(busy.hctx); true });
+    /// assert_eq!(seen, [0, 1]);
+    /// queue.free(a).unwrap();
+    /// queue.free(b).unwrap();
+    /// ```
+    pub fn for_each_busy(&self, mut f: impl FnMut(BusyRq<'_, T>) -> bool) {
+        self.busy_iter(None, None, &mut f);
+    }
+
+    /// Busy iteration, optionally only one hardware queue and one request queue.
+    pub(crate) fn busy_iter(
+        &self,
+        hctx: Option<usize>,
+        queue: Option<u32>,
+        f: &mut dyn FnMut(BusyRq<'_, T>) -> bool,
+    ) {
+        let _guard = self.iter_lock.lock();
+        for (index, map) in self.maps.iter().enumerate() {
+            if self.maps.len() > 1 && hctx.is_some_and(|h| h != index) {
+                continue;
+            }
+            let go_on = map.for_each_busy_tag(|tag| {
+                let Some(request) = self.busy_request(map, tag) else {
+                    return true;
+                };
+                if queue.is_some_and(|q| q != request.queue_id())
+                    || hctx.is_some_and(|h| h != request.hctx())
+                {
+                    return true;
+                }
+                f(BusyRq {
+                    hctx: request.hctx(),
+                    tag: tag as u32,
+                    request,
+                })
+            });
+            if !go_on {
+                return;
+            }
+        }
+    }
+
+    /// The request holding driver tag `tag` of `map`, if a request holds it.
+    /// Callers hold `iter_lock`.
+    fn busy_request<'a>(
+        &'a self,
+        map: &'a TagMap<T, P::RawMutex>,
+        tag: usize,
+    ) -> Option<&'a Request<T>> {
+        let slot = map.rqs[tag].load(Ordering::Acquire);
+        let request = if slot.is_null() {
+            &map.requests[tag]
+        } else {
+            // SAFETY: a non-null slot points into scheduler tags that are freed only under
+            // `iter_lock`, which our caller holds, after the slot is cleared (the type's
+            // invariant); so the request is alive for the lock's duration.
+            unsafe { &*slot }
+        };
+        match request.state() {
+            RqState::Free => None,
+            _ if request.driver_tag() != tag as u32 && request.driver_tag() != NO_TAG => None,
+            _ => Some(request),
+        }
+    }
+}
+
+impl<T, P: Platform + fmt::Debug> fmt::Debug for TagSet<T, P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TagSet")
+            .field("nr_hw_queues", &self.nr_hw_queues)
+            .field("depth", &self.depth())
+            .field("reserved", &self.reserved)
+            .field("flags", &self.flags)
+            .field("queues", &self.nr_queues())
+            .field("busy", &self.busy())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T, P: Platform> TagSet<T, P> {
+    /// Attaches a request queue; the second one turns fair sharing on.
+    ///
+    /// # Errors
+    /// [`TagError::TooManyQueues`] beyond the set's `max_queues`.
+    pub fn attach(self: &Arc<Self>) -> Result<crate::QueueTags<T, P>, TagError> {
+        let mut now = self.queues.load(Ordering::Relaxed);
+        loop {
+            if now >= self.max_queues {
+                return Err(TagError::TooManyQueues {
+                    max: self.max_queues,
+                });
+            }
+            match self.queues.compare_exchange_weak(
+                now,
+                now + 1,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break,
+                Err(seen) => now = seen,
+            }
+        }
+        Ok(crate::QueueTags::new(Arc::clone(self)))
+    }
+}
