@@ -787,7 +787,8 @@ impl<T, P: Platform> QueueTags<T, P> {
                     round_robin: false,
                     driver: false,
                     map,
-                    min_shallow_depth: Some(1),
+                    // Declared by the elevator (`set_min_shallow_depth`) before it limits.
+                    min_shallow_depth: None,
                 };
                 TagMap::new(&params, &mut init_request)
             })
@@ -889,6 +890,22 @@ impl<T, P: Platform> Drop for QueueTags<T, P> {
                     self.reclaim(m, map, tag);
                     true
                 });
+            }
+            // Scheduler requests without a driver tag: end their bios, so none is lost.
+            if let Some(sched) = &self.sched {
+                for map in sched.maps.iter() {
+                    map.for_each_busy_tag(|tag| {
+                        let request = &map.requests[tag];
+                        if request.state() != RqState::Free {
+                            // SAFETY: as in `reclaim`: the tokens are unusable without `self`.
+                            let io = unsafe { request.io_mut() };
+                            if io.nr_bios() != 0 {
+                                io.end_bios(&self.set.bios, Status::IoErr);
+                            }
+                        }
+                        true
+                    });
+                }
             }
             // Scheduler tags go while the lock is held: no iterator can be inside them.
             self.sched = None;

@@ -351,6 +351,14 @@ impl<T, P: Platform> TagSet<T, P> {
         })
     }
 
+    /// The wake-up batch of `hctx`'s normal tags: how many frees wake a waiter. It shrinks
+    /// as more queues share the map, so a queue waiting on its small share is still woken.
+    pub fn wake_batch(&self, hctx: usize) -> usize {
+        self.maps
+            .get(self.map_index(hctx))
+            .map_or(0, |m| m.normal.wake_batch())
+    }
+
     /// Driver tags allocated, over every map.
     pub fn busy(&self) -> usize {
         self.maps.iter().map(TagMap::busy).sum()

@@ -1,0 +1,191 @@
+//! Loom models of the tag set's waiting protocols.
+//!
+//! Run with `RUSTFLAGS="--cfg loom" cargo test -p blkmq-core --release --test loom`.
+//!
+//! Two request queues share one tag set and race for its last tags while a third party waits.
+//! A lost wake-up shows up as loom's "deadlock" failure (a thread blocked in
+//! `loom::future::block_on` that nothing will wake); a tag handed out twice trips the
+//! ownership flags.
+
+#![cfg(loom)]
+
+use std::sync::Arc as StdArc;
+
+use blkmq_core::{Alloc, Platform, QueueTags, Rq, TagSet, TagSetFlags};
+use loom::sync::Arc;
+use loom::sync::atomic::{AtomicBool, Ordering};
+use loom::thread;
+
+struct LoomPlatform;
+
+impl Platform for LoomPlatform {
+    type RawMutex = spin::mutex::SpinMutex<()>;
+
+    fn nr_cpus(&self) -> usize {
+        2
+    }
+
+    fn current_cpu(&self) -> usize {
+        0
+    }
+
+    fn now_ns(&self) -> u64 {
+        0
+    }
+
+    fn kick(&self, _hctx: usize) {}
+}
+
+type Queue = QueueTags<(), LoomPlatform>;
+
+fn model(f: impl Fn() + Sync + Send + 'static) {
+    let mut builder = loom::model::Builder::new();
+    if builder.preemption_bound.is_none() {
+        builder.preemption_bound = Some(3);
+    }
+    let f = std::sync::Arc::new(f);
+    builder.check(move || {
+        // Building a tag set needs more than the model's default stack: run the body on a
+        // thread with a larger one.
+        let f = f.clone();
+        thread::Builder::new()
+            .stack_size(1 << 20)
+            .spawn(move || f())
+            .unwrap()
+            .join()
+            .unwrap();
+    });
+}
+
+/// Marks `rq`'s tag held; fails if it already was.
+fn own(owned: &[AtomicBool], rq: &Rq) {
+    let tag = rq.tag() as usize;
+    assert!(!owned[tag].swap(true, Ordering::Relaxed), "tag {tag} twice");
+}
+
+fn disown(owned: &[AtomicBool], rq: &Rq) {
+    owned[rq.tag() as usize].store(false, Ordering::Relaxed);
+}
+
+fn two_queues(depth: usize) -> (StdArc<TagSet<(), LoomPlatform>>, Arc<Queue>, Arc<Queue>) {
+    let set = TagSet::builder(depth)
+        .hw_queues(2)
+        .flags(TagSetFlags::SHARED_HOST_TAGS)
+        .build(LoomPlatform, |_| ())
+        .unwrap();
+    let a = Arc::new(set.attach().unwrap());
+    let b = Arc::new(set.attach().unwrap());
+    (set, a, b)
+}
+
+/// The tag space is full. Queue A waits for a tag; queue B frees its tag and at once races A
+/// for it with a NOWAIT allocation (freeing what it wins). A must get a tag in the end, and
+/// no tag is ever held twice.
+#[test]
+fn last_tag_race_with_a_waiter() {
+    model(|| {
+        let (set, a, b) = two_queues(2);
+        let owned: Arc<[AtomicBool; 2]> =
+            Arc::new([AtomicBool::new(false), AtomicBool::new(false)]);
+        let held_a = a.alloc(&Alloc::new(0, 0)).unwrap();
+        let held_b = b.alloc(&Alloc::new(1, 1)).unwrap();
+        own(&owned[..], &held_a);
+        own(&owned[..], &held_b);
+
+        let waiter = {
+            let (a, owned) = (a.clone(), owned.clone());
+            thread::spawn(move || {
+                let rq = loom::future::block_on(a.alloc_async(Alloc::new(0, 0))).unwrap();
+                own(&owned[..], &rq);
+                disown(&owned[..], &rq);
+                a.free(rq).unwrap();
+            })
+        };
+        let racer = {
+            let (b, owned) = (b.clone(), owned.clone());
+            thread::spawn(move || {
+                disown(&owned[..], &held_b);
+                b.free(held_b).unwrap();
+                if let Ok(rq) = b.alloc(&Alloc::new(1, 1)) {
+                    own(&owned[..], &rq);
+                    disown(&owned[..], &rq);
+                    b.free(rq).unwrap();
+                }
+            })
+        };
+        waiter.join().unwrap();
+        racer.join().unwrap();
+        disown(&owned[..], &held_a);
+        a.free(held_a).unwrap();
+        assert_eq!(set.busy(), 0);
+    });
+}
+
+/// Fair sharing: with 8 tags and two active queues, each may hold 4. A holds 4 and waits for
+/// a fifth — it is over its share although the bitmap has free tags. One of A's own tags is
+/// freed while B races for the free ones. The free must wake A's waiter (the in-flight count
+/// drops before the tag is freed, and the waiter re-reads it after registering).
+#[test]
+fn waiter_over_its_fair_share_is_woken_by_its_queues_free() {
+    model(|| {
+        let (set, a, b) = two_queues(8);
+        let mut held_a: Vec<Rq> = (0..4)
+            .map(|_| a.alloc(&Alloc::new(0, 0)).unwrap())
+            .collect();
+        let held_b = b.alloc(&Alloc::new(1, 1)).unwrap();
+        assert_eq!(set.fair_share(0), 4);
+        assert!(a.alloc(&Alloc::new(0, 0)).is_err(), "A is at its share");
+        let freed = held_a.pop().unwrap();
+
+        let waiter = {
+            let a = a.clone();
+            thread::spawn(move || {
+                let rq = loom::future::block_on(a.alloc_async(Alloc::new(0, 0))).unwrap();
+                a.free(rq).unwrap();
+            })
+        };
+        let freer = {
+            let a = a.clone();
+            thread::spawn(move || a.free(freed).unwrap())
+        };
+        // B takes one of the free tags meanwhile, within its own share.
+        let extra = b.alloc(&Alloc::new(1, 1)).unwrap();
+        waiter.join().unwrap();
+        freer.join().unwrap();
+        b.free(extra).unwrap();
+        b.free(held_b).unwrap();
+        for rq in held_a {
+            a.free(rq).unwrap();
+        }
+        assert_eq!(set.busy(), 0);
+    });
+}
+
+/// A queue going idle gives its share back: a waiter of the other queue, over the smaller
+/// share, must be woken by the idle transition alone (no tag of its own is freed).
+#[test]
+fn idle_queue_gives_its_share_back_to_a_waiter() {
+    model(|| {
+        let (set, a, b) = two_queues(8);
+        let held_a: Vec<Rq> = (0..4)
+            .map(|_| a.alloc(&Alloc::new(0, 0)).unwrap())
+            .collect();
+        let held_b = b.alloc(&Alloc::new(1, 1)).unwrap();
+        assert_eq!(set.active_queues(0), 2);
+
+        let waiter = {
+            let a = a.clone();
+            thread::spawn(move || {
+                let rq = loom::future::block_on(a.alloc_async(Alloc::new(0, 0))).unwrap();
+                a.free(rq).unwrap();
+            })
+        };
+        b.free(held_b).unwrap();
+        assert!(b.mark_idle(1));
+        waiter.join().unwrap();
+        for rq in held_a {
+            a.free(rq).unwrap();
+        }
+        assert_eq!(set.busy(), 0);
+    });
+}
