@@ -106,6 +106,13 @@ type AtomicU32Id = core::sync::atomic::AtomicU32;
 pub struct QueueTags<T, P: Platform> {
     set: Arc<TagSet<T, P>>,
     id: u32,
+    // Copies of the set's fixed shape, read on every allocation and free.
+    set_id: u32,
+    nr_hw_queues: usize,
+    nr_maps: usize,
+    /// `set.maps`, one pointer nearer: the fast paths start their chain of dependent loads
+    /// here rather than at the `Arc`.
+    maps: core::ptr::NonNull<TagMap<T, P::RawMutex>>,
     activity: Box<[CachePadded<Activity>]>,
     sched: Option<SchedTags<T, P::RawMutex>>,
 }
@@ -131,10 +138,22 @@ impl<T, P: Platform> QueueTags<T, P> {
             .collect();
         Self {
             id: NEXT_QUEUE_ID.fetch_add(1, core::sync::atomic::Ordering::Relaxed),
+            set_id: set.id,
+            nr_hw_queues: set.nr_hw_queues(),
+            nr_maps: set.maps.len(),
+            maps: core::ptr::NonNull::from(&set.maps[0]),
             set,
             activity,
             sched: None,
         }
+    }
+
+    /// The driver tag maps, through the cached pointer.
+    #[inline(always)]
+    fn maps(&self) -> &[TagMap<T, P::RawMutex>] {
+        // SAFETY: `maps` points at the first of `nr_maps` maps in the boxed slice of the set
+        // that `self.set` keeps alive; a boxed slice never moves, and is never mutated.
+        unsafe { core::slice::from_raw_parts(self.maps.as_ptr(), self.nr_maps) }
     }
 
     /// The tag set.
@@ -290,8 +309,33 @@ impl<T, P: Platform> QueueTags<T, P> {
     /// [`TagError::WouldBlock`] when no tag is free or this queue's fair share is used up;
     /// [`TagError::NoSuchHwQueue`], [`TagError::NoReservedTags`], or a bitmap error for a
     /// shallow limit below the declared minimum.
-    #[inline]
+    #[inline(always)]
     pub fn alloc(&self, alloc: &Alloc) -> Result<Rq, TagError> {
+        // The common case inline: a normal driver tag with no sharing, no limit, no
+        // scheduler. Everything else goes the general way.
+        let plain = !alloc.reserved
+            && alloc.shallow_depth.is_none()
+            && self.sched.is_none()
+            && alloc.hctx < self.nr_hw_queues
+            && !self.set.is_shared();
+        if !plain {
+            return self.alloc_general(alloc);
+        }
+        let m = if self.nr_maps == 1 { 0 } else { alloc.hctx };
+        let map = &self.maps()[m];
+        let Some(bit) = map.normal.get(map.waiter_hint(alloc.cpu)) else {
+            return Err(TagError::WouldBlock);
+        };
+        let tag = bit + map.nr_reserved;
+        let request = &map.requests[tag];
+        // SAFETY: we hold the tag just allocated, so nobody else reaches `io`.
+        unsafe { request.io_mut() }.reset(alloc.cpu as u32, false);
+        let generation = request.claim(alloc.hctx as u32, self.id);
+        Ok(Rq::new(self.set_id, m, tag, request, generation))
+    }
+
+    #[inline(never)]
+    fn alloc_general(&self, alloc: &Alloc) -> Result<Rq, TagError> {
         self.try_alloc(alloc)?.ok_or(TagError::WouldBlock)
     }
 
@@ -310,15 +354,9 @@ impl<T, P: Platform> QueueTags<T, P> {
                 let request = &self.set.maps[m].requests[tag];
                 // SAFETY: we hold the tag just allocated, so nobody else reaches `io`.
                 let io = unsafe { request.io_mut() };
-                io.reset(cpu as u32);
-                io.counted = counted;
-                request.claim(alloc.hctx as u32, self.id);
-                request.set_driver_tag(tag as u32);
-                Ok(Some(Rq {
-                    pool: self.set.id,
-                    map: m as u16,
-                    tag: tag as u16,
-                }))
+                io.reset(cpu as u32, counted);
+                let generation = request.claim(alloc.hctx as u32, self.id);
+                Ok(Some(Rq::new(self.set.id, m, tag, request, generation)))
             }
             Some(sched) => {
                 let map = &sched.maps[m];
@@ -333,13 +371,10 @@ impl<T, P: Platform> QueueTags<T, P> {
                 let request = &map.requests[tag];
                 // SAFETY: we hold the tag just allocated.
                 let io = unsafe { request.io_mut() };
-                io.reset(cpu as u32);
-                request.claim(alloc.hctx as u32, self.id);
-                Ok(Some(Rq {
-                    pool: sched.id,
-                    map: m as u16,
-                    tag: tag as u16,
-                }))
+                io.reset(cpu as u32, false);
+                io.sched_data = [0; 2];
+                let generation = request.claim(alloc.hctx as u32, self.id);
+                Ok(Some(Rq::new(sched.id, m, tag, request, generation)))
             }
         }
     }
@@ -449,16 +484,12 @@ impl<T, P: Platform> QueueTags<T, P> {
             let request = &map.requests[tag];
             // SAFETY: the batch gave us this tag alone.
             let io = unsafe { request.io_mut() };
-            io.reset(alloc.cpu as u32);
-            request.claim(alloc.hctx as u32, self.id);
-            if self.sched.is_none() {
-                request.set_driver_tag(tag as u32);
+            io.reset(alloc.cpu as u32, false);
+            if self.sched.is_some() {
+                io.sched_data = [0; 2];
             }
-            out.extend(core::iter::once(Rq {
-                pool,
-                map: m as u16,
-                tag: tag as u16,
-            }));
+            let generation = request.claim(alloc.hctx as u32, self.id);
+            out.extend(core::iter::once(Rq::new(pool, m, tag, request, generation)));
             got += 1;
         }
         Ok(got)
@@ -468,13 +499,13 @@ impl<T, P: Platform> QueueTags<T, P> {
 
     #[inline(always)]
     fn owner(&self, rq: &Rq) -> Result<Resolved<'_, T, P::RawMutex>, TagError> {
-        let m = usize::from(rq.map);
-        let tag = usize::from(rq.tag);
-        let owner = if rq.pool == self.set.id {
+        let m = rq.map();
+        let tag = rq.index();
+        let owner = if rq.pool() == self.set.id {
             Owner::Driver(m, self.set.maps.get(m).ok_or(TagError::ForeignRequest)?)
         } else {
             match &self.sched {
-                Some(sched) if sched.id == rq.pool => {
+                Some(sched) if sched.id == rq.pool() => {
                     Owner::Sched(m, sched.maps.get(m).ok_or(TagError::ForeignRequest)?)
                 }
                 _ => return Err(TagError::ForeignRequest),
@@ -484,7 +515,7 @@ impl<T, P: Platform> QueueTags<T, P> {
             Owner::Driver(_, map) | Owner::Sched(_, map) => map,
         };
         let request = map.requests.get(tag).ok_or(TagError::ForeignRequest)?;
-        if request.queue_id() != self.id || request.state() == RqState::Free {
+        if request.queue_id() != self.id || !request.is_live_at(rq.generation()) {
             return Err(TagError::ForeignRequest);
         }
         Ok((owner, request))
@@ -617,21 +648,55 @@ impl<T, P: Platform> QueueTags<T, P> {
     ///
     /// # Errors
     /// [`TagError::ForeignRequest`] when `rq` is not this queue's (nothing is freed).
-    #[inline]
+    #[inline(always)]
     pub fn free(&self, rq: Rq) -> Result<(), TagError> {
+        // The common case inline: our own driver request, normal tag, no bio left, not
+        // counted towards a fair share.
+        if rq.pool() == self.set_id {
+            if let Some(map) = self.maps().get(rq.map()) {
+                let tag = rq.index();
+                // The token's address is checked against the array, but the request is read
+                // through the token's own copy, so the loads need not wait for the array's.
+                let size = core::mem::size_of::<Request<T>>();
+                let offset = rq.addr().wrapping_sub(map.requests.as_ptr().addr());
+                if tag < map.requests.len() && offset == tag * size {
+                    // SAFETY: the address is that of `map.requests[tag]` (checked just above),
+                    // alive as long as the set, which `self` holds.
+                    let request =
+                        unsafe { &*ptr::with_exposed_provenance::<Request<T>>(rq.addr()) };
+                    // SAFETY: we own the token, consumed here (checked just below before
+                    // anything is changed).
+                    let io = unsafe { request.io_mut() };
+                    if request.queue_id() == self.id
+                        && request.is_live_at(rq.generation())
+                        && io.nr_bios() == 0
+                        && !io.counted
+                        && tag >= map.nr_reserved
+                    {
+                        let cpu = io.alloc_cpu as usize;
+                        request.release();
+                        return map.put_normal(tag, cpu);
+                    }
+                }
+            }
+        }
+        self.free_general(rq)
+    }
+
+    #[inline(never)]
+    fn free_general(&self, rq: Rq) -> Result<(), TagError> {
         let (owner, request) = self.owner(&rq)?;
         // SAFETY: we own the token, consumed here.
         let io = unsafe { request.io_mut() };
         if io.nr_bios() != 0 {
-            io.end_bios(&self.set.bios, Status::IoErr);
+            self.end_leftover_bios(io);
         }
         let cpu = io.alloc_cpu as usize;
         match owner {
             Owner::Driver(m, _) => {
                 let counted = io.counted;
-                request.set_driver_tag(NO_TAG);
                 request.release();
-                self.put_driver_tag_raw(m, usize::from(rq.tag), cpu, counted)
+                self.put_driver_tag_raw(m, rq.index(), cpu, counted)
             }
             Owner::Sched(m, map) => {
                 let driver_tag = request.driver_tag();
@@ -639,9 +704,14 @@ impl<T, P: Platform> QueueTags<T, P> {
                     self.release_driver_tag(m, driver_tag as usize, request, cpu)?;
                 }
                 request.release();
-                map.put(usize::from(rq.tag), cpu)
+                map.put(rq.index(), cpu)
             }
         }
+    }
+
+    #[cold]
+    fn end_leftover_bios(&self, io: &mut RqIo) {
+        io.end_bios(&self.set.bios, Status::IoErr);
     }
 
     fn release_driver_tag(
@@ -690,7 +760,7 @@ impl<T, P: Platform> QueueTags<T, P> {
         }
         // SAFETY: we hold the token mutably.
         let io = unsafe { request.io_mut() };
-        let reserved = usize::from(rq.tag) < sched_map.nr_reserved;
+        let reserved = rq.index() < sched_map.nr_reserved;
         let Some((tag, counted)) =
             self.get_driver_tag_raw(m, io.alloc_cpu as usize, reserved, None)?
         else {
@@ -880,6 +950,13 @@ impl<T, P: Platform> QueueTags<T, P> {
     }
 }
 
+// SAFETY: `maps` is a shared borrow of the set that `set` (an `Arc`) owns; sending or sharing
+// a `QueueTags` is sending or sharing that `Arc`, which needs `TagSet: Send + Sync`, and that
+// is what these bounds ask (the maps hold requests with payload `T`).
+unsafe impl<T: Send + Sync, P: Platform> Send for QueueTags<T, P> where TagSet<T, P>: Send + Sync {}
+// SAFETY: as for `Send`.
+unsafe impl<T: Send + Sync, P: Platform> Sync for QueueTags<T, P> where TagSet<T, P>: Send + Sync {}
+
 impl<T, P: Platform> Drop for QueueTags<T, P> {
     fn drop(&mut self) {
         let set = Arc::clone(&self.set);
@@ -950,8 +1027,8 @@ impl<T, P: Platform> QueueTags<T, P> {
         let (cpu, counted) = (io.alloc_cpu as usize, io.counted);
         if !slot.is_null() {
             map.rqs[tag].store(ptr::null_mut(), Ordering::Release);
+            request.set_driver_tag(NO_TAG);
         }
-        request.set_driver_tag(NO_TAG);
         request.release();
         // The tag is set (we are iterating set bits), so this cannot fail.
         let _ = self.put_driver_tag_raw(m, tag, cpu, counted);

@@ -27,6 +27,7 @@
 
 use core::cell::UnsafeCell;
 use core::fmt;
+use core::ptr;
 
 use crate::bio::{Bio, BioFlags, IoPrio, IssuerId, Op, Status};
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
@@ -56,9 +57,9 @@ pub enum RqState {
 }
 
 const STATE_BITS: u32 = 2;
-const STATE_MASK: u32 = (1 << STATE_BITS) - 1;
+const STATE_MASK: u64 = (1 << STATE_BITS) - 1;
 
-fn decode_state(word: u32) -> RqState {
+fn decode_state(word: u64) -> RqState {
     match word & STATE_MASK {
         0 => RqState::Free,
         1 => RqState::Idle,
@@ -70,21 +71,26 @@ fn decode_state(word: u32) -> RqState {
 /// A request as everyone may see it: its state, tags and deadline, and the driver's payload.
 ///
 /// # Invariants
-/// * `state` packs a generation (upper 30 bits) and an [`RqState`] (lower 2 bits). The
-///   generation changes only on allocation (`Free -> Idle`); every other transition keeps it.
+/// * `state` packs a generation (upper 62 bits, never wrapping in practice) and an
+///   [`RqState`] (lower 2 bits). The generation changes only on allocation
+///   (`Free -> Idle`); every other transition keeps it. An [`Rq`] records the generation it
+///   was allocated at, so a stale token never matches a later allocation.
 /// * Only the holder of the request's [`Rq`] moves it out of `Free`, `Idle` or `Complete`;
 ///   `InFlight -> Complete` is a compare-exchange that anyone holding the generation may
 ///   attempt ([`try_complete`](Self::try_complete)), and exactly one attempt succeeds.
 /// * `io` is touched only by the holder of the `Rq` (see the module documentation).
+// Laid out by hand, cache-line aligned: what allocating and freeing touch (the state, the
+// owner, the bookkeeping at the head of `io`) sits in the first line.
+#[repr(C, align(64))]
 pub struct Request<T> {
-    state: AtomicU32,
-    deadline_ns: AtomicU64,
-    hctx: AtomicU32,
+    state: AtomicU64,
     queue: AtomicU32,
+    hctx: AtomicU32,
     driver_tag: AtomicU32,
     /// The request's own tag in the array that owns it.
     tag: u32,
     io: UnsafeCell<RqIo>,
+    deadline_ns: AtomicU64,
     payload: T,
 }
 
@@ -93,13 +99,15 @@ pub struct Request<T> {
 unsafe impl<T: Sync> Sync for Request<T> {}
 
 impl<T> Request<T> {
-    pub(crate) fn new(tag: u32, payload: T) -> Self {
+    /// A free request numbered `tag`. A driver-tag request's driver tag is its own tag, for
+    /// good; a scheduler request takes one at dispatch.
+    pub(crate) fn new(tag: u32, driver: bool, payload: T) -> Self {
         Self {
-            state: AtomicU32::new(RqState::Free as u32),
+            state: AtomicU64::new(RqState::Free as u64),
             deadline_ns: AtomicU64::new(0),
             hctx: AtomicU32::new(0),
             queue: AtomicU32::new(u32::MAX),
-            driver_tag: AtomicU32::new(NO_TAG),
+            driver_tag: AtomicU32::new(if driver { tag } else { NO_TAG }),
             tag,
             io: UnsafeCell::new(RqIo::EMPTY),
             payload,
@@ -120,12 +128,12 @@ impl<T> Request<T> {
     }
 
     /// The generation: changes each time the request is allocated.
-    pub fn generation(&self) -> u32 {
+    pub fn generation(&self) -> u64 {
         self.state.load(Ordering::Acquire) >> STATE_BITS
     }
 
     /// The generation and state read together.
-    pub fn snapshot(&self) -> (u32, RqState) {
+    pub fn snapshot(&self) -> (u64, RqState) {
         let word = self.state.load(Ordering::Acquire);
         (word >> STATE_BITS, decode_state(word))
     }
@@ -136,7 +144,8 @@ impl<T> Request<T> {
         self.tag
     }
 
-    /// The driver tag while one is held, else [`NO_TAG`].
+    /// The driver tag: a request without scheduler tags always has its own; a scheduler
+    /// request has one from dispatch until it is freed or put back, else [`NO_TAG`].
     pub fn driver_tag(&self) -> u32 {
         self.driver_tag.load(Ordering::Acquire)
     }
@@ -178,9 +187,9 @@ impl<T> Request<T> {
     /// assert_eq!(request.state(), RqState::Complete);
     /// queue.free(rq).unwrap();
     /// ```
-    pub fn try_complete(&self, generation: u32) -> bool {
-        let from = (generation << STATE_BITS) | RqState::InFlight as u32;
-        let to = (generation << STATE_BITS) | RqState::Complete as u32;
+    pub fn try_complete(&self, generation: u64) -> bool {
+        let from = (generation << STATE_BITS) | RqState::InFlight as u64;
+        let to = (generation << STATE_BITS) | RqState::Complete as u64;
         self.state
             .compare_exchange(from, to, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
@@ -190,15 +199,29 @@ impl<T> Request<T> {
 
     /// `Free -> Idle` with a new generation, publishing where it belongs.
     #[inline(always)]
-    pub(crate) fn claim(&self, hctx: u32, queue: u32) {
-        self.hctx.store(hctx, Ordering::Relaxed);
-        self.queue.store(queue, Ordering::Relaxed);
+    pub(crate) fn claim(&self, hctx: u32, queue: u32) -> u64 {
+        // Stores only on change: a request mostly goes back to the queue and hardware queue
+        // it came from, and a store before the next locked operation delays it.
+        if self.hctx.load(Ordering::Relaxed) != hctx {
+            self.hctx.store(hctx, Ordering::Relaxed);
+        }
+        if self.queue.load(Ordering::Relaxed) != queue {
+            self.queue.store(queue, Ordering::Relaxed);
+        }
         let generation = (self.state.load(Ordering::Relaxed) >> STATE_BITS).wrapping_add(1);
         // Release: a reader that sees the new generation sees `hctx` and `queue`.
         self.state.store(
-            (generation << STATE_BITS) | RqState::Idle as u32,
+            (generation << STATE_BITS) | RqState::Idle as u64,
             Ordering::Release,
         );
+        generation
+    }
+
+    /// Whether the request is allocated, at `generation`.
+    #[inline(always)]
+    pub(crate) fn is_live_at(&self, generation: u64) -> bool {
+        let word = self.state.load(Ordering::Acquire);
+        word >> STATE_BITS == generation && word & STATE_MASK != RqState::Free as u64
     }
 
     /// Any state -> `Free`, keeping the generation.
@@ -211,7 +234,7 @@ impl<T> Request<T> {
     pub(crate) fn set_state(&self, state: RqState) {
         let word = self.state.load(Ordering::Relaxed);
         self.state
-            .store((word & !STATE_MASK) | state as u32, Ordering::Release);
+            .store((word & !STATE_MASK) | state as u64, Ordering::Release);
     }
 
     pub(crate) fn set_deadline(&self, deadline_ns: u64) {
@@ -283,15 +306,65 @@ pub const fn unique_tag_tag(unique: u32) -> u32 {
 #[must_use = "dropping an Rq leaks its tag; free it"]
 #[derive(Debug, PartialEq, Eq)]
 pub struct Rq {
-    pub(crate) pool: u32,
-    pub(crate) map: u16,
-    pub(crate) tag: u16,
+    /// `pool << 32 | map << 16 | tag`, in one word.
+    packed: u64,
+    /// The request's address. Freeing checks it against the pool, and then loads the
+    /// request through it without waiting for the pool's own pointers to load.
+    addr: usize,
+    /// The request's generation when it was allocated: a token kept past its request's
+    /// life (say, of a dropped queue) never matches the request's next allocation.
+    generation: u64,
 }
 
 impl Rq {
+    #[inline(always)]
+    pub(crate) fn new<T>(
+        pool: u32,
+        map: usize,
+        tag: usize,
+        request: &Request<T>,
+        generation: u64,
+    ) -> Self {
+        Self {
+            packed: (u64::from(pool) << 32) | ((map as u64 & 0xffff) << 16) | (tag as u64 & 0xffff),
+            addr: ptr::from_ref(request).expose_provenance(),
+            generation,
+        }
+    }
+
+    /// The generation the request was allocated at.
+    #[inline(always)]
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// The request's address, for checking against the pool that should hold it.
+    #[inline(always)]
+    pub(crate) fn addr(&self) -> usize {
+        self.addr
+    }
+
+    /// The identity of the tags that own the request.
+    #[inline(always)]
+    pub(crate) fn pool(&self) -> u32 {
+        (self.packed >> 32) as u32
+    }
+
+    /// The tag map within them.
+    #[inline(always)]
+    pub(crate) fn map(&self) -> usize {
+        ((self.packed >> 16) & 0xffff) as usize
+    }
+
+    /// The tag as an index.
+    #[inline(always)]
+    pub(crate) fn index(&self) -> usize {
+        (self.packed & 0xffff) as usize
+    }
+
     /// The request's tag in the tags that own it (see [`Request::tag`]).
     pub fn tag(&self) -> u32 {
-        u32::from(self.tag)
+        (self.packed & 0xffff) as u32
     }
 }
 
@@ -301,25 +374,28 @@ impl Rq {
 /// the tag set's bio pool, allocated when the tag set was created, so merging allocates
 /// nothing.
 #[derive(Debug)]
+#[repr(C)]
 pub struct RqIo {
-    op: Op,
-    flags: BioFlags,
-    prio: IoPrio,
-    issuer: IssuerId,
-    sector: u64,
-    sectors: u64,
+    // Read by every free: first.
     nr_bios: u32,
-    first: Option<Bio>,
-    /// Pool slots of the bios after `first`, as a list.
-    chain_head: u32,
-    chain_tail: u32,
-    /// When the request was started (platform nanoseconds).
-    pub(crate) start_ns: u64,
     pub(crate) alloc_cpu: u32,
     /// Whether the driver tag counts towards its queue's fair share.
     pub(crate) counted: bool,
-    /// Free for the elevator that holds the request (Linux's `rq->elv.priv`).
+    op: Op,
+    prio: IoPrio,
+    flags: BioFlags,
+    issuer: IssuerId,
+    /// Pool slots of the bios after `first`, as a list.
+    chain_head: u32,
+    chain_tail: u32,
+    sector: u64,
+    sectors: u64,
+    /// When the request was started (platform nanoseconds).
+    pub(crate) start_ns: u64,
+    /// Free for the elevator that holds the request (Linux's `rq->elv.priv`); zero when a
+    /// request is allocated from scheduler tags.
     pub sched_data: [u64; 2],
+    first: Option<Bio>,
 }
 
 impl RqIo {
@@ -340,11 +416,29 @@ impl RqIo {
         sched_data: [0; 2],
     };
 
-    pub(crate) fn reset(&mut self, cpu: u32) {
-        *self = RqIo {
-            alloc_cpu: cpu,
-            ..RqIo::EMPTY
-        };
+    /// Readies the request for a new owner. Ending or moving the bios left the description
+    /// of the I/O empty (see `clear`), so only the bookkeeping is set here: these stores come
+    /// before the next locked operation, which waits for them.
+    #[inline(always)]
+    pub(crate) fn reset(&mut self, cpu: u32, counted: bool) {
+        debug_assert!(self.first.is_none() && self.chain_head == NO_TAG && self.nr_bios == 0);
+        self.alloc_cpu = cpu;
+        self.counted = counted;
+    }
+
+    /// Forgets the I/O: no bio, nothing described.
+    fn clear(&mut self) {
+        self.first = None;
+        self.chain_head = NO_TAG;
+        self.chain_tail = NO_TAG;
+        self.nr_bios = 0;
+        self.sectors = 0;
+        self.sector = 0;
+        self.op = Op::Read;
+        self.flags = BioFlags::empty();
+        self.prio = IoPrio::DEFAULT;
+        self.issuer = IssuerId(0);
+        self.start_ns = 0;
     }
 
     /// The operation (that of the first bio).
@@ -567,11 +661,9 @@ impl RqIo {
         };
         self.sectors += other.sectors;
         self.nr_bios += other.nr_bios;
-        other.first = None;
-        other.chain_head = NO_TAG;
-        other.chain_tail = NO_TAG;
-        other.nr_bios = 0;
-        other.sectors = 0;
+        let start_ns = other.start_ns;
+        other.clear();
+        other.start_ns = start_ns;
         true
     }
 
@@ -606,10 +698,7 @@ impl RqIo {
             ended += 1;
             slot = link.next;
         }
-        self.chain_head = NO_TAG;
-        self.chain_tail = NO_TAG;
-        self.nr_bios = 0;
-        self.sectors = 0;
+        self.clear();
         ended
     }
 }

@@ -75,7 +75,7 @@ impl<T, R: lock_api::RawMutex> TagMap<T, R> {
                     tag,
                     scheduler: !p.driver,
                 });
-                Request::new(tag as u32, payload)
+                Request::new(tag as u32, p.driver, payload)
             })
             .collect();
         let rqs = if p.driver {
@@ -102,7 +102,11 @@ impl<T, R: lock_api::RawMutex> TagMap<T, R> {
 
     #[inline(always)]
     fn hint(&self, cpu: usize) -> &AllocHint {
-        &self.hints[cpu % self.hints.len()]
+        // CPUs are dense indices below `nr_cpus`, so the division is for misuse only.
+        match self.hints.get(cpu) {
+            Some(hint) => hint,
+            None => &self.hints[cpu % self.hints.len()],
+        }
     }
 
     /// The hint a waiter for `cpu` allocates with.
@@ -133,6 +137,14 @@ impl<T, R: lock_api::RawMutex> TagMap<T, R> {
     /// Allocates up to `nr` normal tags of one bitmap word.
     pub(crate) fn get_batch(&self, cpu: usize, nr: usize) -> Option<BitBatch> {
         self.normal.get_batch(self.hint(cpu), nr)
+    }
+
+    /// Frees normal tag `tag` (at least `nr_reserved`), writing it back to `cpu`'s hint.
+    #[inline(always)]
+    pub(crate) fn put_normal(&self, tag: usize, cpu: usize) -> Result<(), TagError> {
+        self.normal
+            .put(tag - self.nr_reserved, self.hint(cpu))
+            .map_err(TagError::Bitmap)
     }
 
     /// Frees `tag`, writing it back to `cpu`'s hint.

@@ -14,7 +14,7 @@ struct Counting;
 
 thread_local! {
     /// Allocations made by this thread while counting: (count, bytes, count of those of
-    /// exactly `LARGE` bytes — the size of one request array).
+    /// exactly `LARGE` bytes with the requests' alignment — one request array).
     static COUNTS: Cell<(usize, usize, usize)> = const { Cell::new((0, 0, 0)) };
     static COUNTING: Cell<bool> = const { Cell::new(false) };
     static LARGE: Cell<usize> = const { Cell::new(usize::MAX) };
@@ -31,7 +31,7 @@ unsafe impl GlobalAlloc for Counting {
                 c.set((
                     n + 1,
                     bytes + layout.size(),
-                    big + usize::from(layout.size() == large),
+                    big + usize::from(layout.size() == large && layout.align() == REQUEST_ALIGN),
                 ));
             });
         }
@@ -59,6 +59,9 @@ fn counted<R>(large: usize, f: impl FnOnce() -> R) -> ((usize, usize, usize), R)
 }
 
 const DEPTH: usize = 1024;
+
+/// Requests are cache-line aligned; nothing else of that size in a tag set is.
+const REQUEST_ALIGN: usize = std::mem::align_of::<Request<u64>>();
 
 fn request_array_bytes() -> usize {
     DEPTH * std::mem::size_of::<Request<u64>>()

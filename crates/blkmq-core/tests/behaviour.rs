@@ -695,3 +695,20 @@ fn threads_hammering_a_shared_set_never_share_a_tag() {
     }
     assert_eq!(set.busy(), 0);
 }
+
+#[test]
+fn a_token_kept_past_its_queue_never_frees_a_later_request() {
+    let set = self::set(1, 1, TagSetFlags::empty());
+    let a = set.attach().unwrap();
+    let stale = a.alloc(&Alloc::new(0, 0)).unwrap();
+    drop(a); // frees the request behind `stale`
+    assert_eq!(set.busy(), 0);
+    let c = set.attach().unwrap();
+    let mine = c.alloc(&Alloc::new(0, 0)).unwrap();
+    assert_eq!(mine.tag(), stale.tag(), "the same request, allocated again");
+    assert_eq!(c.request(&stale).unwrap_err(), TagError::ForeignRequest);
+    assert_eq!(c.free(stale), Err(TagError::ForeignRequest));
+    assert_eq!(set.busy(), 1, "the refused free changed nothing");
+    c.free(mine).unwrap();
+    assert_eq!(set.busy(), 0);
+}
