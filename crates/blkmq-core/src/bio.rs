@@ -6,6 +6,12 @@ use core::fmt;
 use crate::error::ConfigError;
 
 /// What a [`Bio`] asks the device to do.
+///
+/// ```
+/// use blkmq_core::{Bio, Op};
+/// let flush = Bio::new(Op::Flush, 0, 0);
+/// assert!(flush.op.is_write() && !flush.op.has_data());
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[repr(u8)]
 pub enum Op {
@@ -79,6 +85,12 @@ bitflags::bitflags! {
 }
 
 /// I/O priority class, highest first (Linux's `IOPRIO_CLASS_*`).
+///
+/// ```
+/// use blkmq_core::IoPrioClass;
+/// assert!(IoPrioClass::RealTime < IoPrioClass::BestEffort);
+/// assert_eq!(IoPrioClass::default(), IoPrioClass::BestEffort);
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[repr(u8)]
 pub enum IoPrioClass {
@@ -109,12 +121,27 @@ pub struct IoPrio {
 
 impl IoPrio {
     /// The number of levels in a class.
+    ///
+    /// ```
+    /// use blkmq_core::{IoPrio, IoPrioClass};
+    /// assert!(IoPrio::new(IoPrioClass::Idle, IoPrio::LEVELS - 1).is_ok());
+    /// assert!(IoPrio::new(IoPrioClass::Idle, IoPrio::LEVELS).is_err());
+    /// ```
     pub const LEVELS: u8 = 8;
 
     /// A priority of `class` at `level`.
     ///
     /// # Errors
     /// [`ConfigError::BadPrioLevel`] when `level` is 8 or more.
+    ///
+    /// ```
+    /// use blkmq_core::{ConfigError, IoPrio, IoPrioClass};
+    /// assert_eq!(IoPrio::new(IoPrioClass::Idle, 7).unwrap().level(), 7);
+    /// assert_eq!(
+    ///     IoPrio::new(IoPrioClass::Idle, 8),
+    ///     Err(ConfigError::BadPrioLevel { level: 8 })
+    /// );
+    /// ```
     pub const fn new(class: IoPrioClass, level: u8) -> Result<Self, ConfigError> {
         if level >= Self::LEVELS {
             return Err(ConfigError::BadPrioLevel { level });
@@ -123,11 +150,24 @@ impl IoPrio {
     }
 
     /// The class.
+    ///
+    /// ```
+    /// use blkmq_core::{IoPrio, IoPrioClass};
+    /// let prio = IoPrio::new(IoPrioClass::Idle, 3).unwrap();
+    /// assert_eq!(prio.class(), IoPrioClass::Idle);
+    /// assert_eq!(IoPrio::default().class(), IoPrioClass::BestEffort);
+    /// ```
     pub const fn class(self) -> IoPrioClass {
         self.class
     }
 
     /// The level within the class, 0 (highest) to 7.
+    ///
+    /// ```
+    /// use blkmq_core::{IoPrio, IoPrioClass};
+    /// let prio = IoPrio::new(IoPrioClass::RealTime, 2).unwrap();
+    /// assert_eq!(prio.level(), 2);
+    /// ```
     pub const fn level(self) -> u8 {
         self.level
     }
@@ -144,10 +184,22 @@ impl Default for IoPrio {
 }
 
 /// Who issued a bio: the "process" an I/O scheduler keeps apart from others.
+///
+/// ```
+/// use blkmq_core::{Bio, IssuerId, Op};
+/// let bio = Bio::new(Op::Read, 0, 8).issuer(IssuerId(7));
+/// assert_ne!(bio.issuer, IssuerId::default());
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct IssuerId(pub u32);
 
 /// How an I/O ended (Linux's `blk_status_t`).
+///
+/// ```
+/// use blkmq_core::Status;
+/// assert_eq!(Status::Medium.to_string(), "medium error");
+/// assert!(!Status::Again.is_ok());
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum Status {
@@ -214,6 +266,16 @@ impl fmt::Display for Status {
 ///
 /// Handing the bio back lets the submitter recover its payload and reuse the bio, so a
 /// completion allocates nothing.
+///
+/// ```
+/// use blkmq_core::{Bio, EndIo, Op, Status};
+///
+/// fn done(bio: Bio, status: Status) {
+///     assert_eq!((bio.payload, status), (3, Status::Ok));
+/// }
+/// let end_io: EndIo = done;
+/// Bio::new(Op::Write, 0, 8).payload(3).end_io(end_io).complete(Status::Ok);
+/// ```
 pub type EndIo = fn(Bio, Status);
 
 /// One block I/O as submitted: a range of sectors, an operation, and how to report the end.
@@ -258,11 +320,26 @@ pub struct Bio {
 }
 
 /// Bytes in a sector, the unit of every [`Bio`] position and length.
+///
+/// ```
+/// use blkmq_core::{Bio, Op, SECTOR_SIZE};
+/// assert_eq!(SECTOR_SIZE, 512);
+/// assert_eq!(Bio::new(Op::Read, 0, 8).bytes(), 4096);
+/// ```
 pub const SECTOR_SIZE: u64 = 512;
 
 impl Bio {
     /// A bio of `sectors` sectors from `sector`, with no flags, default priority, issuer 0,
     /// zero payloads and no callback.
+    ///
+    /// ```
+    /// use blkmq_core::{Bio, BioFlags, IoPrio, IssuerId, Op};
+    /// let bio = Bio::new(Op::Write, 100, 16);
+    /// assert_eq!((bio.op, bio.sector, bio.sectors), (Op::Write, 100, 16));
+    /// assert_eq!(bio.flags, BioFlags::empty());
+    /// assert_eq!((bio.prio, bio.issuer), (IoPrio::default(), IssuerId(0)));
+    /// assert!(bio.end_io.is_none());
+    /// ```
     pub const fn new(op: Op, sector: u64, sectors: u32) -> Self {
         Self {
             sector,
@@ -281,47 +358,104 @@ impl Bio {
     }
 
     /// With `flags`.
+    ///
+    /// ```
+    /// use blkmq_core::{Bio, BioFlags, Op};
+    /// let bio = Bio::new(Op::Write, 0, 8).flags(BioFlags::SYNC | BioFlags::META);
+    /// assert!(bio.flags.contains(BioFlags::META));
+    /// assert!(bio.is_sync());
+    /// ```
     pub const fn flags(mut self, flags: BioFlags) -> Self {
         self.flags = flags;
         self
     }
 
     /// With priority `prio`.
+    ///
+    /// ```
+    /// use blkmq_core::{Bio, IoPrio, IoPrioClass, Op};
+    /// let prio = IoPrio::new(IoPrioClass::RealTime, 0).unwrap();
+    /// let bio = Bio::new(Op::Read, 0, 8).prio(prio);
+    /// assert_eq!(bio.prio.class(), IoPrioClass::RealTime);
+    /// ```
     pub const fn prio(mut self, prio: IoPrio) -> Self {
         self.prio = prio;
         self
     }
 
     /// With issuer `issuer`.
+    ///
+    /// ```
+    /// use blkmq_core::{Bio, IssuerId, Op};
+    /// let bio = Bio::new(Op::Read, 0, 8).issuer(IssuerId(42));
+    /// assert_eq!(bio.issuer, IssuerId(42));
+    /// ```
     pub const fn issuer(mut self, issuer: IssuerId) -> Self {
         self.issuer = issuer;
         self
     }
 
     /// With the driver's `payload`.
+    ///
+    /// ```
+    /// use blkmq_core::{Bio, Op};
+    /// let bio = Bio::new(Op::Write, 0, 8).payload(0xdead_0000);
+    /// assert_eq!(bio.payload, 0xdead_0000);
+    /// assert_eq!(bio.private, 0); // the submitter's value is separate
+    /// ```
     pub const fn payload(mut self, payload: u64) -> Self {
         self.payload = payload;
         self
     }
 
     /// With the submitter's `private` value.
+    ///
+    /// ```
+    /// use blkmq_core::{Bio, Op};
+    /// let bio = Bio::new(Op::Read, 0, 8).private(9);
+    /// assert_eq!(bio.private, 9);
+    /// assert_eq!(bio.payload, 0);
+    /// ```
     pub const fn private(mut self, private: u64) -> Self {
         self.private = private;
         self
     }
 
     /// With the completion callback `end_io`.
+    ///
+    /// ```
+    /// use blkmq_core::{Bio, Op, Status};
+    ///
+    /// fn done(bio: Bio, status: Status) {
+    ///     assert_eq!((bio.sector, status), (64, Status::Medium));
+    /// }
+    /// let bio = Bio::new(Op::Read, 64, 8).end_io(done);
+    /// assert!(bio.end_io.is_some());
+    /// bio.complete(Status::Medium);
+    /// ```
     pub const fn end_io(mut self, end_io: EndIo) -> Self {
         self.end_io = Some(end_io);
         self
     }
 
     /// The sector after the last one.
+    ///
+    /// ```
+    /// use blkmq_core::{Bio, Op};
+    /// assert_eq!(Bio::new(Op::Read, 100, 8).end_sector(), 108);
+    /// assert_eq!(Bio::new(Op::Flush, 100, 0).end_sector(), 100);
+    /// ```
     pub const fn end_sector(&self) -> u64 {
         self.sector + self.sectors as u64
     }
 
     /// Length in bytes.
+    ///
+    /// ```
+    /// use blkmq_core::{Bio, Op, SECTOR_SIZE};
+    /// assert_eq!(Bio::new(Op::Write, 0, 8).bytes(), 8 * SECTOR_SIZE);
+    /// assert_eq!(Bio::new(Op::Flush, 0, 0).bytes(), 0);
+    /// ```
     pub const fn bytes(&self) -> u64 {
         self.sectors as u64 * SECTOR_SIZE
     }
@@ -345,6 +479,20 @@ impl Bio {
     }
 
     /// Ends the bio: calls `end_io` (if any) with the bio and `status`.
+    ///
+    /// ```
+    /// use blkmq_core::{Bio, Op, Status};
+    /// use std::sync::atomic::{AtomicU64, Ordering};
+    ///
+    /// static ENDED: AtomicU64 = AtomicU64::new(0);
+    /// fn done(bio: Bio, status: Status) {
+    ///     assert_eq!(status, Status::Ok);
+    ///     ENDED.fetch_add(bio.private, Ordering::Relaxed);
+    /// }
+    /// Bio::new(Op::Read, 0, 8).private(5).end_io(done).complete(Status::Ok);
+    /// Bio::new(Op::Read, 0, 8).complete(Status::Ok); // no callback: nothing happens
+    /// assert_eq!(ENDED.load(Ordering::Relaxed), 5);
+    /// ```
     pub fn complete(self, status: Status) {
         if let Some(end_io) = self.end_io {
             end_io(self, status);

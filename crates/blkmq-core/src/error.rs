@@ -60,6 +60,9 @@ pub enum ConfigError {
         /// The depth it limits.
         depth: usize,
     },
+    /// Scheduler tags asked of a tag set made with
+    /// [`TagSetFlags::NO_SCHED`](crate::TagSetFlags::NO_SCHED).
+    NoScheduler,
     /// An I/O priority level of 8 or more.
     BadPrioLevel {
         /// The level asked for.
@@ -101,6 +104,7 @@ impl fmt::Display for ConfigError {
                 shallow_depth,
                 depth,
             } => write!(f, "shallow depth {shallow_depth} is not within 1..={depth}"),
+            ConfigError::NoScheduler => f.write_str("the tag set was made without schedulers"),
             ConfigError::BadPrioLevel { level } => {
                 write!(f, "priority level {level} is not within 0..=7")
             }
@@ -136,7 +140,8 @@ pub enum TagError {
     ForeignRequest,
     /// A driver tag was asked for a request that has one, or freed for one that has none.
     DriverTag,
-    /// A request queue asked for scheduler tags it does not have, or has them already.
+    /// A request queue asked for scheduler tags, or a shallow limit (which applies to
+    /// them), without having scheduler tags.
     NoScheduler,
     /// The scheduler tags still have requests out.
     Busy,

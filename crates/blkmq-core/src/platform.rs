@@ -32,16 +32,51 @@ pub trait Platform: Send + Sync + 'static {
     type RawMutex: lock_api::RawMutex + Send + Sync;
 
     /// How many CPUs there are; [`current_cpu`](Self::current_cpu) is always below it.
+    ///
+    /// ```
+    /// use blkmq_core::{Platform, StdPlatform};
+    /// let platform = StdPlatform::with_cpus(3);
+    /// assert_eq!(platform.nr_cpus(), 3);
+    /// assert!(platform.current_cpu() < platform.nr_cpus());
+    /// ```
     fn nr_cpus(&self) -> usize;
 
     /// The calling CPU, a dense index below [`nr_cpus`](Self::nr_cpus).
+    ///
+    /// ```
+    /// use blkmq_core::{Platform, StdPlatform};
+    /// let platform = StdPlatform::with_cpus(2);
+    /// let cpus: Vec<usize> = (0..4)
+    ///     .map(|_| {
+    ///         let platform = platform.clone();
+    ///         std::thread::spawn(move || platform.current_cpu()).join().unwrap()
+    ///     })
+    ///     .collect();
+    /// assert!(cpus.iter().all(|&cpu| cpu < 2));
+    /// ```
     fn current_cpu(&self) -> usize;
 
     /// A monotonic clock in nanoseconds: deadlines, budgets, idling and timeouts use it.
+    ///
+    /// ```
+    /// use blkmq_core::{Platform, StdPlatform};
+    /// let platform = StdPlatform::with_cpus(1);
+    /// let before = platform.now_ns();
+    /// std::thread::sleep(std::time::Duration::from_millis(2));
+    /// assert!(platform.now_ns() >= before + 2_000_000);
+    /// ```
     fn now_ns(&self) -> u64;
 
     /// Asks for the hardware queue `hctx` to be run soon, from another context (Linux's
     /// kblockd work). It must not run the queue from inside this call.
+    ///
+    /// ```
+    /// use blkmq_core::{Platform, StdPlatform};
+    /// let platform = StdPlatform::with_cpus(1);
+    /// platform.kick(1);
+    /// platform.kick(1);
+    /// assert_eq!(platform.take_kicks(), vec![1]); // recorded once, without a handler
+    /// ```
     fn kick(&self, hctx: usize);
 }
 
@@ -107,12 +142,25 @@ mod std_platform {
 
     impl StdPlatform {
         /// A platform with one CPU slot per hardware thread of this machine.
+        ///
+        /// ```
+        /// use blkmq_core::{Platform, StdPlatform};
+        /// let platform = StdPlatform::new();
+        /// let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        /// assert_eq!(platform.nr_cpus(), threads);
+        /// ```
         pub fn new() -> Self {
             let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
             Self::with_cpus(cpus)
         }
 
         /// A platform with `nr_cpus` CPU slots (at least one).
+        ///
+        /// ```
+        /// use blkmq_core::{Platform, StdPlatform};
+        /// assert_eq!(StdPlatform::with_cpus(8).nr_cpus(), 8);
+        /// assert_eq!(StdPlatform::with_cpus(0).nr_cpus(), 1);
+        /// ```
         pub fn with_cpus(nr_cpus: usize) -> Self {
             Self {
                 inner: Arc::new(Inner {
@@ -125,16 +173,51 @@ mod std_platform {
         }
 
         /// Gives the calling thread CPU slot `cpu` (taken modulo `nr_cpus`).
+        ///
+        /// The slot belongs to the thread, so it holds for every `StdPlatform` the thread
+        /// asks.
+        ///
+        /// ```
+        /// use blkmq_core::{Platform, StdPlatform};
+        /// let platform = StdPlatform::with_cpus(4);
+        /// platform.pin_current_thread(6);
+        /// assert_eq!(platform.current_cpu(), 2);
+        /// assert_eq!(StdPlatform::with_cpus(8).current_cpu(), 6);
+        /// ```
         pub fn pin_current_thread(&self, cpu: usize) {
             CPU_SLOT.with(|slot| slot.set(Some(cpu)));
         }
 
         /// Sends every later kick to `handler` (which must not run the queue inline).
+        ///
+        /// ```
+        /// use blkmq_core::{Platform, StdPlatform};
+        /// use std::sync::{Arc, Mutex};
+        ///
+        /// let platform = StdPlatform::with_cpus(1);
+        /// let seen = Arc::new(Mutex::new(Vec::new()));
+        /// let sink = Arc::clone(&seen);
+        /// platform.on_kick(move |hctx| sink.lock().unwrap().push(hctx));
+        /// platform.kick(3);
+        /// platform.clone().kick(1); // clones share the handler
+        /// assert_eq!(*seen.lock().unwrap(), [3, 1]);
+        /// assert!(platform.take_kicks().is_empty()); // handled, not recorded
+        /// ```
         pub fn on_kick(&self, handler: impl Fn(usize) + Send + Sync + 'static) {
             *self.inner.handler.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(handler));
         }
 
-        /// The hardware queues kicked since the last call, each once, in order.
+        /// The hardware queues kicked since the last call, each once, in ascending order.
+        ///
+        /// ```
+        /// use blkmq_core::{Platform, StdPlatform};
+        /// let platform = StdPlatform::with_cpus(1);
+        /// platform.kick(5);
+        /// platform.kick(1);
+        /// platform.clone().kick(5);
+        /// assert_eq!(platform.take_kicks(), vec![1, 5]);
+        /// assert!(platform.take_kicks().is_empty());
+        /// ```
         pub fn take_kicks(&self) -> alloc::vec::Vec<usize> {
             let mut kicked = self.inner.kicked.lock().unwrap_or_else(|e| e.into_inner());
             core::mem::take(&mut *kicked).into_iter().collect()
@@ -202,6 +285,14 @@ mod std_platform {
 /// A platform that cannot exist; it only lets [`TagSet::builder`](crate::TagSet::builder) be
 /// called before the real platform is given to
 /// [`TagSetBuilder::build`](crate::TagSetBuilder::build).
+///
+/// ```
+/// use blkmq_core::{StdPlatform, TagSet};
+///
+/// let builder = TagSet::builder(8); // an associated function of `TagSet<(), NoPlatform>`
+/// let set = builder.build(StdPlatform::with_cpus(2), |_| ()).unwrap();
+/// assert_eq!(set.nr_cpus(), 2);
+/// ```
 #[derive(Debug)]
 pub enum NoPlatform {}
 

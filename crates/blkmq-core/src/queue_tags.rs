@@ -17,7 +17,7 @@ use crate::platform::Platform;
 use crate::request::{NO_TAG, Request, Rq, RqIo, RqState};
 use crate::sync::{AtomicBool, AtomicUsize, Ordering};
 use crate::tags::{MapParams, RequestInit, TagMap};
-use crate::tagset::{BusyRq, MAX_SCHED_DEPTH, TagSet, next_pool_id};
+use crate::tagset::{BusyRq, MAX_SCHED_DEPTH, TagSet, TagSetFlags, next_pool_id};
 
 /// What to allocate: for which hardware queue, from which CPU, and with which limits.
 ///
@@ -41,6 +41,14 @@ pub struct Alloc {
 
 impl Alloc {
     /// A normal allocation for `hctx` from `cpu`.
+    ///
+    /// ```
+    /// use blkmq_core::Alloc;
+    /// let alloc = Alloc::new(2, 5);
+    /// assert_eq!((alloc.hctx, alloc.cpu), (2, 5));
+    /// assert!(!alloc.reserved);
+    /// assert_eq!(alloc.shallow_depth, None);
+    /// ```
     pub const fn new(hctx: usize, cpu: usize) -> Self {
         Self {
             hctx,
@@ -51,12 +59,44 @@ impl Alloc {
     }
 
     /// As a reserved allocation.
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, StdPlatform, TagError, TagSet};
+    ///
+    /// let set = TagSet::builder(8).reserved(1).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let queue = set.attach().unwrap();
+    /// let rq = queue.alloc(&Alloc::new(0, 0).reserved()).unwrap();
+    /// assert_eq!(rq.tag(), 0);
+    /// let again = queue.alloc(&Alloc::new(0, 0).reserved());
+    /// assert_eq!(again.unwrap_err(), TagError::WouldBlock); // the only reserved tag is out
+    /// queue.free(rq).unwrap();
+    /// ```
     pub const fn reserved(mut self) -> Self {
         self.reserved = true;
         self
     }
 
-    /// Limited to the first `depth` normal tags.
+    /// Limited to `depth` of the normal scheduler tags (an elevator's `limit_depth`). A
+    /// limit below their number must not be below the minimum declared with
+    /// [`QueueTags::set_min_shallow_depth`]. A queue without scheduler tags refuses any
+    /// limit ([`TagError::NoScheduler`]), before anything changes.
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, StdPlatform, TagError, TagSet};
+    ///
+    /// let set = TagSet::builder(16).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let mut queue = set.attach().unwrap();
+    /// queue.attach_scheduler(Some(16), |_| ()).unwrap();
+    /// queue.set_min_shallow_depth(2).unwrap();
+    /// let limited = Alloc::new(0, 0).shallow(2);
+    /// let a = queue.alloc(&limited).unwrap();
+    /// let b = queue.alloc(&limited).unwrap();
+    /// assert_eq!(queue.alloc(&limited).unwrap_err(), TagError::WouldBlock);
+    /// let c = queue.alloc(&Alloc::new(0, 0)).unwrap(); // unlimited: more are free
+    /// for rq in [a, b, c] {
+    ///     queue.free(rq).unwrap();
+    /// }
+    /// ```
     pub const fn shallow(mut self, depth: usize) -> Self {
         self.shallow_depth = Some(depth);
         self
@@ -157,27 +197,72 @@ impl<T, P: Platform> QueueTags<T, P> {
     }
 
     /// The tag set.
+    ///
+    /// ```
+    /// use blkmq_core::{StdPlatform, TagSet};
+    /// use std::sync::Arc;
+    ///
+    /// let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let queue = set.attach().unwrap();
+    /// assert!(Arc::ptr_eq(queue.set(), &set));
+    /// ```
     pub fn set(&self) -> &Arc<TagSet<T, P>> {
         &self.set
     }
 
     /// This queue's identity (unique while the process runs).
+    ///
+    /// ```
+    /// use blkmq_core::{StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let (a, b) = (set.attach().unwrap(), set.attach().unwrap());
+    /// assert_ne!(a.id(), b.id());
+    /// ```
     pub fn id(&self) -> u32 {
         self.id
     }
 
     /// Whether this queue counts as active on `hctx`'s map.
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(64).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let (a, b) = (set.attach().unwrap(), set.attach().unwrap());
+    /// assert!(!a.is_active(0));
+    /// let rq = a.alloc(&Alloc::new(0, 0)).unwrap(); // allocating while shared: active
+    /// assert!(a.is_active(0) && !b.is_active(0));
+    /// a.free(rq).unwrap();
+    /// assert!(a.mark_idle(0));
+    /// assert!(!a.is_active(0));
+    /// ```
     pub fn is_active(&self, hctx: usize) -> bool {
-        self.activity
-            .get(self.set.map_index(hctx))
-            .is_some_and(|a| a.active.load(Ordering::Relaxed))
+        self.set
+            .map_of(hctx)
+            .is_some_and(|m| self.activity[m].active.load(Ordering::Relaxed))
     }
 
     /// Driver tags this queue holds on `hctx`'s map that count towards its fair share.
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(64).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let a = set.attach().unwrap();
+    /// let alone = a.alloc(&Alloc::new(0, 0)).unwrap();
+    /// assert_eq!(a.in_flight(0), 0); // no sharing yet: nothing counts
+    /// let b = set.attach().unwrap();
+    /// let shared = a.alloc(&Alloc::new(0, 0)).unwrap();
+    /// assert_eq!(a.in_flight(0), 1);
+    /// a.free(shared).unwrap();
+    /// assert_eq!(a.in_flight(0), 0);
+    /// a.free(alone).unwrap();
+    /// ```
     pub fn in_flight(&self, hctx: usize) -> usize {
-        self.activity
-            .get(self.set.map_index(hctx))
-            .map_or(0, |a| a.in_flight.load(Ordering::Relaxed))
+        self.set
+            .map_of(hctx)
+            .map_or(0, |m| self.activity[m].in_flight.load(Ordering::Relaxed))
     }
 
     fn check_hctx(&self, hctx: usize) -> Result<usize, TagError> {
@@ -223,13 +308,13 @@ impl<T, P: Platform> QueueTags<T, P> {
     /// a.free(rq).unwrap();
     /// ```
     pub fn mark_idle(&self, hctx: usize) -> bool {
-        let Some(activity) = self.activity.get(self.set.map_index(hctx)) else {
+        let Some(m) = self.set.map_of(hctx) else {
             return false;
         };
-        if activity.in_flight.load(Ordering::SeqCst) != 0 {
+        if self.activity[m].in_flight.load(Ordering::SeqCst) != 0 {
             return false;
         }
-        self.deactivate(self.set.map_index(hctx))
+        self.deactivate(m)
     }
 
     fn deactivate(&self, m: usize) -> bool {
@@ -309,6 +394,21 @@ impl<T, P: Platform> QueueTags<T, P> {
     /// [`TagError::WouldBlock`] when no tag is free or this queue's fair share is used up;
     /// [`TagError::NoSuchHwQueue`], [`TagError::NoReservedTags`], or a bitmap error for a
     /// shallow limit below the declared minimum.
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, StdPlatform, TagError, TagSet};
+    ///
+    /// let set = TagSet::builder(2).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let queue = set.attach().unwrap();
+    /// let a = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    /// let b = queue.alloc(&Alloc::new(0, 1)).unwrap();
+    /// assert_ne!(a.tag(), b.tag());
+    /// assert_eq!(queue.alloc(&Alloc::new(0, 0)).unwrap_err(), TagError::WouldBlock);
+    /// let bad = queue.alloc(&Alloc::new(1, 0)).unwrap_err();
+    /// assert_eq!(bad, TagError::NoSuchHwQueue { hctx: 1, nr_hw_queues: 1 });
+    /// queue.free(a).unwrap();
+    /// queue.free(b).unwrap();
+    /// ```
     #[inline(always)]
     pub fn alloc(&self, alloc: &Alloc) -> Result<Rq, TagError> {
         // The common case inline: a normal driver tag with no sharing, no limit, no
@@ -346,8 +446,11 @@ impl<T, P: Platform> QueueTags<T, P> {
         let cpu = alloc.cpu;
         match &self.sched {
             None => {
-                let Some((tag, counted)) =
-                    self.get_driver_tag_raw(m, cpu, alloc.reserved, alloc.shallow_depth)?
+                // Shallow limits are an elevator's, on scheduler tags.
+                if alloc.shallow_depth.is_some() {
+                    return Err(TagError::NoScheduler);
+                }
+                let Some((tag, counted)) = self.get_driver_tag_raw(m, cpu, alloc.reserved, None)?
                 else {
                     return Ok(None);
                 };
@@ -425,6 +528,23 @@ impl<T, P: Platform> QueueTags<T, P> {
     /// # Errors
     /// As [`alloc`](Self::alloc), except that it waits instead of
     /// [`TagError::WouldBlock`].
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, StdPlatform, TagSet};
+    /// use std::time::Duration;
+    ///
+    /// let set = TagSet::builder(1).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let queue = set.attach().unwrap();
+    /// let held = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    /// std::thread::scope(|s| {
+    ///     let waiter = s.spawn(|| queue.alloc_blocking(Alloc::new(0, 0)).unwrap());
+    ///     std::thread::sleep(Duration::from_millis(10));
+    ///     queue.free(held).unwrap(); // wakes the waiter
+    ///     let rq = waiter.join().unwrap();
+    ///     queue.free(rq).unwrap();
+    /// });
+    /// assert_eq!(set.busy(), 0);
+    /// ```
     #[cfg(all(feature = "std", not(loom)))]
     pub fn alloc_blocking(&self, alloc: Alloc) -> Result<Rq, TagError> {
         if let Some(rq) = self.try_alloc(&alloc)? {
@@ -525,6 +645,17 @@ impl<T, P: Platform> QueueTags<T, P> {
     ///
     /// # Errors
     /// [`TagError::ForeignRequest`] when `rq` is not this queue's.
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, RqState, StdPlatform, TagError, TagSet};
+    ///
+    /// let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let (a, b) = (set.attach().unwrap(), set.attach().unwrap());
+    /// let rq = a.alloc(&Alloc::new(0, 0)).unwrap();
+    /// assert_eq!(a.request(&rq).unwrap().state(), RqState::Idle);
+    /// assert_eq!(b.request(&rq).unwrap_err(), TagError::ForeignRequest);
+    /// a.free(rq).unwrap();
+    /// ```
     pub fn request(&self, rq: &Rq) -> Result<&Request<T>, TagError> {
         Ok(self.owner(rq)?.1)
     }
@@ -533,6 +664,18 @@ impl<T, P: Platform> QueueTags<T, P> {
     ///
     /// # Errors
     /// [`TagError::ForeignRequest`] when `rq` is not this queue's.
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, Bio, Op, StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let queue = set.attach().unwrap();
+    /// let mut rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    /// assert_eq!(queue.io(&rq).unwrap().nr_bios(), 0);
+    /// queue.set_bio(&mut rq, Bio::new(Op::Write, 32, 8)).unwrap();
+    /// assert_eq!(queue.io(&rq).unwrap().op(), Op::Write);
+    /// queue.free(rq).unwrap();
+    /// ```
     pub fn io(&self, rq: &Rq) -> Result<&RqIo, TagError> {
         let request = self.owner(rq)?.1;
         // SAFETY: `rq` is the request's unique token and we borrow it for the result's
@@ -544,6 +687,17 @@ impl<T, P: Platform> QueueTags<T, P> {
     ///
     /// # Errors
     /// [`TagError::ForeignRequest`] when `rq` is not this queue's.
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let queue = set.attach().unwrap();
+    /// let mut rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    /// queue.io_mut(&mut rq).unwrap().sched_data[0] = 7;
+    /// assert_eq!(queue.io(&rq).unwrap().sched_data, [7, 0]);
+    /// queue.free(rq).unwrap();
+    /// ```
     pub fn io_mut<'a>(&'a self, rq: &'a mut Rq) -> Result<&'a mut RqIo, TagError> {
         let request = self.owner(rq)?.1;
         // SAFETY: we hold the unique token mutably for the result's lifetime.
@@ -554,6 +708,26 @@ impl<T, P: Platform> QueueTags<T, P> {
     ///
     /// # Errors
     /// [`TagError::ForeignRequest`] when `rq` is not this queue's.
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, Bio, Op, StdPlatform, Status, TagSet};
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    ///
+    /// static FAILED: AtomicUsize = AtomicUsize::new(0);
+    /// fn done(_bio: Bio, status: Status) {
+    ///     if status == Status::IoErr {
+    ///         FAILED.fetch_add(1, Ordering::Relaxed);
+    ///     }
+    /// }
+    /// let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let queue = set.attach().unwrap();
+    /// let mut rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    /// queue.set_bio(&mut rq, Bio::new(Op::Read, 0, 8).end_io(done)).unwrap();
+    /// queue.set_bio(&mut rq, Bio::new(Op::Read, 64, 8)).unwrap(); // ends the first
+    /// assert_eq!(FAILED.load(Ordering::Relaxed), 1);
+    /// assert_eq!(queue.io(&rq).unwrap().sector(), 64);
+    /// queue.free(rq).unwrap();
+    /// ```
     pub fn set_bio(&self, rq: &mut Rq, bio: Bio) -> Result<(), TagError> {
         let io = self.io_mut(rq)?;
         if io.nr_bios() != 0 {
@@ -569,6 +743,19 @@ impl<T, P: Platform> QueueTags<T, P> {
     ///
     /// # Errors
     /// [`TagError::ForeignRequest`] when `rq` is not this queue's.
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, Bio, Op, StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let queue = set.attach().unwrap();
+    /// let mut rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    /// queue.set_bio(&mut rq, Bio::new(Op::Write, 0, 8)).unwrap();
+    /// queue.append_bio(&mut rq, Bio::new(Op::Write, 8, 8)).unwrap().unwrap();
+    /// let io = queue.io(&rq).unwrap();
+    /// assert_eq!((io.nr_bios(), io.sector(), io.end_sector()), (2, 0, 16));
+    /// queue.free(rq).unwrap();
+    /// ```
     pub fn append_bio(&self, rq: &mut Rq, bio: Bio) -> Result<Result<(), Bio>, TagError> {
         let bios = &self.set.bios;
         Ok(self.io_mut(rq)?.append(bios, bio))
@@ -579,6 +766,20 @@ impl<T, P: Platform> QueueTags<T, P> {
     ///
     /// # Errors
     /// [`TagError::ForeignRequest`] when `rq` is not this queue's.
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, Bio, Op, StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let queue = set.attach().unwrap();
+    /// let mut rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    /// queue.set_bio(&mut rq, Bio::new(Op::Write, 8, 8)).unwrap();
+    /// queue.prepend_bio(&mut rq, Bio::new(Op::Write, 0, 8)).unwrap().unwrap();
+    /// let io = queue.io(&rq).unwrap();
+    /// assert_eq!((io.nr_bios(), io.sector(), io.end_sector()), (2, 0, 16));
+    /// assert_eq!(io.first_bio().unwrap().sector, 0);
+    /// queue.free(rq).unwrap();
+    /// ```
     pub fn prepend_bio(&self, rq: &mut Rq, bio: Bio) -> Result<Result<(), Bio>, TagError> {
         let bios = &self.set.bios;
         Ok(self.io_mut(rq)?.prepend(bios, bio))
@@ -588,6 +789,21 @@ impl<T, P: Platform> QueueTags<T, P> {
     ///
     /// # Errors
     /// [`TagError::ForeignRequest`] when `rq` is not this queue's.
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, Bio, Op, StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let queue = set.attach().unwrap();
+    /// let mut rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    /// queue.set_bio(&mut rq, Bio::new(Op::Read, 8, 8)).unwrap();
+    /// queue.append_bio(&mut rq, Bio::new(Op::Read, 16, 8)).unwrap().unwrap();
+    /// queue.prepend_bio(&mut rq, Bio::new(Op::Read, 0, 8)).unwrap().unwrap();
+    /// let mut sectors = Vec::new();
+    /// queue.for_each_bio(&rq, |bio| sectors.push(bio.sector)).unwrap();
+    /// assert_eq!(sectors, [0, 8, 16]);
+    /// queue.free(rq).unwrap();
+    /// ```
     pub fn for_each_bio(&self, rq: &Rq, f: impl FnMut(&Bio)) -> Result<(), TagError> {
         self.io(rq)?.for_each_bio(&self.set.bios, f);
         Ok(())
@@ -599,6 +815,22 @@ impl<T, P: Platform> QueueTags<T, P> {
     ///
     /// # Errors
     /// [`TagError::ForeignRequest`] when either token is not this queue's.
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, Bio, Op, StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let queue = set.attach().unwrap();
+    /// let mut into = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    /// let mut from = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    /// queue.set_bio(&mut into, Bio::new(Op::Write, 0, 8)).unwrap();
+    /// queue.set_bio(&mut from, Bio::new(Op::Write, 8, 8)).unwrap();
+    /// assert!(queue.merge_requests(&mut into, &mut from).unwrap());
+    /// assert_eq!(queue.io(&into).unwrap().sectors(), 16);
+    /// assert_eq!(queue.io(&from).unwrap().nr_bios(), 0);
+    /// queue.free(from).unwrap();
+    /// queue.free(into).unwrap();
+    /// ```
     pub fn merge_requests(&self, into: &mut Rq, from: &mut Rq) -> Result<bool, TagError> {
         let bios = &self.set.bios;
         let from_io = self.io_mut(from)?;
@@ -612,6 +844,19 @@ impl<T, P: Platform> QueueTags<T, P> {
     ///
     /// # Errors
     /// [`TagError::ForeignRequest`] when `rq` is not this queue's.
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, RqState, StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(8).timeout_ns(1_000).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let queue = set.attach().unwrap();
+    /// let mut rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    /// queue.start(&mut rq, 200).unwrap();
+    /// let request = queue.request(&rq).unwrap();
+    /// assert_eq!((request.state(), request.deadline_ns()), (RqState::InFlight, 1_200));
+    /// assert_eq!(queue.io(&rq).unwrap().start_ns(), 200);
+    /// queue.free(rq).unwrap();
+    /// ```
     pub fn start(&self, rq: &mut Rq, now_ns: u64) -> Result<(), TagError> {
         let request = self.owner(rq)?.1;
         // SAFETY: we hold the unique token mutably.
@@ -625,6 +870,20 @@ impl<T, P: Platform> QueueTags<T, P> {
     ///
     /// # Errors
     /// [`TagError::ForeignRequest`] when `rq` is not this queue's.
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, RqState, StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let queue = set.attach().unwrap();
+    /// let mut rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    /// let generation = queue.request(&rq).unwrap().generation();
+    /// queue.start(&mut rq, 0).unwrap();
+    /// queue.requeue(&mut rq).unwrap();
+    /// let request = queue.request(&rq).unwrap();
+    /// assert_eq!(request.snapshot(), (generation, RqState::Idle)); // same I/O, not started
+    /// queue.free(rq).unwrap();
+    /// ```
     pub fn requeue(&self, rq: &mut Rq) -> Result<(), TagError> {
         let request = self.owner(rq)?.1;
         request.set_state(RqState::Idle);
@@ -635,6 +894,21 @@ impl<T, P: Platform> QueueTags<T, P> {
     ///
     /// # Errors
     /// [`TagError::ForeignRequest`] when `rq` is not this queue's (nothing is freed).
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, Bio, Op, StdPlatform, Status, TagSet};
+    ///
+    /// fn done(bio: Bio, status: Status) {
+    ///     assert_eq!((bio.sector, status), (0, Status::Timeout));
+    /// }
+    /// let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let queue = set.attach().unwrap();
+    /// let mut rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    /// queue.set_bio(&mut rq, Bio::new(Op::Read, 0, 8).end_io(done)).unwrap();
+    /// queue.start(&mut rq, 0).unwrap();
+    /// queue.complete(rq, Status::Timeout).unwrap();
+    /// assert_eq!(set.busy(), 0);
+    /// ```
     pub fn complete(&self, rq: Rq, status: Status) -> Result<(), TagError> {
         let request = self.owner(&rq)?.1;
         request.set_state(RqState::Complete);
@@ -648,6 +922,21 @@ impl<T, P: Platform> QueueTags<T, P> {
     ///
     /// # Errors
     /// [`TagError::ForeignRequest`] when `rq` is not this queue's (nothing is freed).
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, Bio, Op, StdPlatform, Status, TagSet};
+    ///
+    /// fn done(_bio: Bio, status: Status) {
+    ///     assert_eq!(status, Status::IoErr); // a bio left on a freed request fails
+    /// }
+    /// let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let queue = set.attach().unwrap();
+    /// let mut rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    /// queue.set_bio(&mut rq, Bio::new(Op::Read, 0, 8).end_io(done)).unwrap();
+    /// assert_eq!(set.busy(), 1);
+    /// queue.free(rq).unwrap();
+    /// assert_eq!(set.busy(), 0);
+    /// ```
     #[inline(always)]
     pub fn free(&self, rq: Rq) -> Result<(), TagError> {
         // The common case inline: our own driver request, normal tag, no bio left, not
@@ -777,6 +1066,21 @@ impl<T, P: Platform> QueueTags<T, P> {
     ///
     /// # Errors
     /// [`TagError::ForeignRequest`]; [`TagError::DriverTag`] when it holds none.
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, NO_TAG, StdPlatform, TagError, TagSet};
+    ///
+    /// let set = TagSet::builder(4).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let mut queue = set.attach().unwrap();
+    /// queue.attach_scheduler(None, |_| ()).unwrap();
+    /// let mut rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    /// assert!(queue.get_driver_tag(&mut rq).unwrap());
+    /// assert_eq!(set.busy(), 1);
+    /// queue.put_driver_tag(&mut rq).unwrap();
+    /// assert_eq!((set.busy(), queue.request(&rq).unwrap().driver_tag()), (0, NO_TAG));
+    /// assert_eq!(queue.put_driver_tag(&mut rq).unwrap_err(), TagError::DriverTag);
+    /// queue.free(rq).unwrap();
+    /// ```
     pub fn put_driver_tag(&self, rq: &mut Rq) -> Result<(), TagError> {
         let (owner, request) = self.owner(rq)?;
         let Owner::Sched(m, _) = owner else {
@@ -794,6 +1098,20 @@ impl<T, P: Platform> QueueTags<T, P> {
     /// This queue's request holding driver tag `tag` on `hctx`, if one does (Linux's
     /// `blk_mq_tag_to_rq`): how a driver maps a completion from its hardware back to the
     /// request. See the `request` module on why this is sound against a racing completion.
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(8).hw_queues(2).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let queue = set.attach().unwrap();
+    /// let rq = queue.alloc(&Alloc::new(1, 0)).unwrap();
+    /// let tag = queue.request(&rq).unwrap().driver_tag();
+    /// let found = queue.tag_to_rq(1, tag).unwrap();
+    /// assert!(std::ptr::eq(found, queue.request(&rq).unwrap()));
+    /// assert!(queue.tag_to_rq(0, tag).is_none()); // hardware queue 0 has its own tags
+    /// queue.free(rq).unwrap();
+    /// assert!(queue.tag_to_rq(1, tag).is_none());
+    /// ```
     pub fn tag_to_rq(&self, hctx: usize, tag: u32) -> Option<&Request<T>> {
         let m = self.check_hctx(hctx).ok()?;
         let map = &self.set.maps[m];
@@ -822,6 +1140,28 @@ impl<T, P: Platform> QueueTags<T, P> {
 
     /// Calls `f` for each of this queue's requests holding a driver tag, on `hctx` only or
     /// on all; stops when `f` returns false (Linux's `blk_mq_queue_tag_busy_iter`).
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(8).hw_queues(2).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let (a, b) = (set.attach().unwrap(), set.attach().unwrap());
+    /// let rqs = [
+    ///     a.alloc(&Alloc::new(0, 0)).unwrap(),
+    ///     a.alloc(&Alloc::new(1, 0)).unwrap(),
+    /// ];
+    /// let other = b.alloc(&Alloc::new(1, 0)).unwrap();
+    /// let mut hctxs = Vec::new();
+    /// a.for_each_busy(None, |busy| { hctxs.push(busy.hctx); true });
+    /// assert_eq!(hctxs, [0, 1]); // only `a`'s requests
+    /// let mut on_1 = 0;
+    /// a.for_each_busy(Some(1), |_| { on_1 += 1; true });
+    /// assert_eq!(on_1, 1);
+    /// for rq in rqs {
+    ///     a.free(rq).unwrap();
+    /// }
+    /// b.free(other).unwrap();
+    /// ```
     pub fn for_each_busy(&self, hctx: Option<usize>, mut f: impl FnMut(BusyRq<'_, T>) -> bool) {
         self.set.busy_iter(hctx, Some(self.id), &mut f);
     }
@@ -834,12 +1174,30 @@ impl<T, P: Platform> QueueTags<T, P> {
     ///
     /// # Errors
     /// [`ConfigError::BadNrRequests`] for 0 or above [`MAX_SCHED_DEPTH`], or not above the
-    /// reserved tags.
+    /// reserved tags; [`ConfigError::NoScheduler`] when the set was made with
+    /// [`TagSetFlags::NO_SCHED`].
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, ConfigError, StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(32).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let mut queue = set.attach().unwrap();
+    /// queue.attach_scheduler(None, |init| assert!(init.scheduler)).unwrap();
+    /// assert_eq!(queue.nr_requests(), Some(64)); // 2 x depth
+    /// let rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    /// assert_eq!((queue.sched_busy(), set.busy()), (1, 0)); // no driver tag yet
+    /// queue.free(rq).unwrap();
+    /// let err = queue.attach_scheduler(Some(0), |_| ()).unwrap_err();
+    /// assert!(matches!(err, ConfigError::BadNrRequests { nr_requests: 0, .. }));
+    /// ```
     pub fn attach_scheduler(
         &mut self,
         nr_requests: Option<usize>,
         mut init_request: impl FnMut(RequestInit) -> T,
     ) -> Result<(), ConfigError> {
+        if self.set.flags().contains(TagSetFlags::NO_SCHED) {
+            return Err(ConfigError::NoScheduler);
+        }
         let depth = self.set.depth();
         let nr_requests = nr_requests.unwrap_or(2 * depth.min(128));
         if nr_requests == 0 || nr_requests > MAX_SCHED_DEPTH || nr_requests <= self.set.reserved() {
@@ -882,6 +1240,20 @@ impl<T, P: Platform> QueueTags<T, P> {
     /// # Errors
     /// [`TagError::NoScheduler`] without scheduler tags; [`TagError::Busy`] while any of
     /// their requests is out.
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, StdPlatform, TagError, TagSet};
+    ///
+    /// let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let mut queue = set.attach().unwrap();
+    /// assert_eq!(queue.detach_scheduler().unwrap_err(), TagError::NoScheduler);
+    /// queue.attach_scheduler(None, |_| ()).unwrap();
+    /// let rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    /// assert_eq!(queue.detach_scheduler().unwrap_err(), TagError::Busy);
+    /// queue.free(rq).unwrap();
+    /// queue.detach_scheduler().unwrap();
+    /// assert!(!queue.has_scheduler());
+    /// ```
     pub fn detach_scheduler(&mut self) -> Result<(), TagError> {
         let sched = self.sched.as_ref().ok_or(TagError::NoScheduler)?;
         if sched.maps.iter().any(|m| m.busy() != 0) {
@@ -893,11 +1265,31 @@ impl<T, P: Platform> QueueTags<T, P> {
     }
 
     /// Whether the queue has scheduler tags.
+    ///
+    /// ```
+    /// use blkmq_core::{StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let mut queue = set.attach().unwrap();
+    /// assert!(!queue.has_scheduler());
+    /// queue.attach_scheduler(None, |_| ()).unwrap();
+    /// assert!(queue.has_scheduler());
+    /// ```
     pub fn has_scheduler(&self) -> bool {
         self.sched.is_some()
     }
 
     /// Scheduler requests per map (`nr_requests`), when there are scheduler tags.
+    ///
+    /// ```
+    /// use blkmq_core::{StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let mut queue = set.attach().unwrap();
+    /// assert_eq!(queue.nr_requests(), None);
+    /// queue.attach_scheduler(Some(24), |_| ()).unwrap();
+    /// assert_eq!(queue.nr_requests(), Some(24));
+    /// ```
     pub fn nr_requests(&self) -> Option<usize> {
         self.sched.as_ref().map(|s| s.maps[0].depth())
     }
@@ -907,6 +1299,18 @@ impl<T, P: Platform> QueueTags<T, P> {
     /// # Errors
     /// [`ConfigError::BadDepthUpdate`] outside it; [`ConfigError::BadNrRequests`] without
     /// scheduler tags.
+    ///
+    /// ```
+    /// use blkmq_core::{ConfigError, StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let mut queue = set.attach().unwrap();
+    /// assert!(matches!(queue.set_nr_requests(4), Err(ConfigError::BadNrRequests { .. })));
+    /// queue.attach_scheduler(Some(32), |_| ()).unwrap();
+    /// queue.set_nr_requests(8).unwrap();
+    /// assert_eq!(queue.nr_requests(), Some(8));
+    /// assert!(queue.set_nr_requests(33).is_err()); // beyond the depth they were made with
+    /// ```
     pub fn set_nr_requests(&self, nr_requests: usize) -> Result<(), ConfigError> {
         let sched = self.sched.as_ref().ok_or(ConfigError::BadNrRequests {
             nr_requests,
@@ -923,7 +1327,19 @@ impl<T, P: Platform> QueueTags<T, P> {
     ///
     /// # Errors
     /// [`ConfigError::BadNrRequests`] without scheduler tags; [`ConfigError::BadShallowDepth`]
-    /// for 0 or beyond `nr_requests`.
+    /// for 0 or beyond the normal scheduler tags (`nr_requests` less the reserved ones).
+    ///
+    /// ```
+    /// use blkmq_core::{ConfigError, StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(16).reserved(2).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let mut queue = set.attach().unwrap();
+    /// assert!(queue.set_min_shallow_depth(4).is_err()); // no scheduler tags
+    /// queue.attach_scheduler(Some(16), |_| ()).unwrap();
+    /// queue.set_min_shallow_depth(4).unwrap();
+    /// let err = queue.set_min_shallow_depth(15).unwrap_err(); // 14 normal tags
+    /// assert_eq!(err, ConfigError::BadShallowDepth { shallow_depth: 15, depth: 14 });
+    /// ```
     pub fn set_min_shallow_depth(&self, depth: usize) -> Result<(), ConfigError> {
         let sched = self.sched.as_ref().ok_or(ConfigError::BadNrRequests {
             nr_requests: 0,
@@ -943,6 +1359,21 @@ impl<T, P: Platform> QueueTags<T, P> {
     }
 
     /// Scheduler requests out, over every map.
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(8).hw_queues(2).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let mut queue = set.attach().unwrap();
+    /// assert_eq!(queue.sched_busy(), 0);
+    /// queue.attach_scheduler(None, |_| ()).unwrap();
+    /// let a = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    /// let b = queue.alloc(&Alloc::new(1, 0)).unwrap();
+    /// assert_eq!(queue.sched_busy(), 2);
+    /// queue.free(a).unwrap();
+    /// queue.free(b).unwrap();
+    /// assert_eq!(queue.sched_busy(), 0);
+    /// ```
     pub fn sched_busy(&self) -> usize {
         self.sched
             .as_ref()
@@ -1045,6 +1476,21 @@ impl<T, P: Platform> fmt::Debug for QueueTags<T, P> {
 }
 
 /// The future of [`QueueTags::alloc_async`].
+///
+/// ```
+/// use blkmq_core::{Alloc, StdPlatform, TagSet};
+/// use std::future::Future;
+/// use std::pin::pin;
+/// use std::task::{Context, Poll, Waker};
+///
+/// let set = TagSet::builder(4).build(StdPlatform::new(), |_| ()).unwrap();
+/// let queue = set.attach().unwrap();
+/// let future = pin!(queue.alloc_async(Alloc::new(0, 0)));
+/// let Poll::Ready(Ok(rq)) = future.poll(&mut Context::from_waker(Waker::noop())) else {
+///     panic!("a tag is free");
+/// };
+/// queue.free(rq).unwrap();
+/// ```
 pub struct AllocFuture<'q, T, P: Platform> {
     queue: &'q QueueTags<T, P>,
     alloc: Alloc,

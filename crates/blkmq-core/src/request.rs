@@ -33,6 +33,18 @@ use crate::bio::{Bio, BioFlags, IoPrio, IssuerId, Op, Status};
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
 /// No tag: the value of a tag field that holds none.
+///
+/// ```
+/// use blkmq_core::{Alloc, NO_TAG, StdPlatform, TagSet};
+///
+/// let set = TagSet::builder(4).build(StdPlatform::new(), |_| ()).unwrap();
+/// let mut queue = set.attach().unwrap();
+/// queue.attach_scheduler(None, |_| ()).unwrap();
+/// let rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
+/// // A scheduler request has no driver tag until it is dispatched.
+/// assert_eq!(queue.request(&rq).unwrap().driver_tag(), NO_TAG);
+/// queue.free(rq).unwrap();
+/// ```
 pub const NO_TAG: u32 = u32::MAX;
 
 /// Where a request is in its life.
@@ -42,6 +54,20 @@ pub const NO_TAG: u32 = u32::MAX;
 ///   Free ----------> Idle ----------> InFlight ------------> Complete -------> Free
 ///                     ^                  |  requeue
 ///                     +------------------+
+/// ```
+///
+/// ```
+/// use blkmq_core::{Alloc, RqState, StdPlatform, TagSet};
+///
+/// let set = TagSet::builder(4).build(StdPlatform::new(), |_| ()).unwrap();
+/// let queue = set.attach().unwrap();
+/// let mut rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
+/// let request = queue.request(&rq).unwrap();
+/// assert_eq!(request.state(), RqState::Idle);
+/// queue.start(&mut rq, 0).unwrap();
+/// assert_eq!(request.state(), RqState::InFlight);
+/// queue.free(rq).unwrap();
+/// assert_eq!(request.state(), RqState::Free);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u32)]
@@ -79,6 +105,18 @@ fn decode_state(word: u64) -> RqState {
 ///   `InFlight -> Complete` is a compare-exchange that anyone holding the generation may
 ///   attempt ([`try_complete`](Self::try_complete)), and exactly one attempt succeeds.
 /// * `io` is touched only by the holder of the `Rq` (see the module documentation).
+///
+/// ```
+/// use blkmq_core::{Alloc, RqState, StdPlatform, TagSet};
+///
+/// let set = TagSet::builder(4).build(StdPlatform::new(), |init| init.tag * 100).unwrap();
+/// let queue = set.attach().unwrap();
+/// let rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
+/// let request = queue.request(&rq).unwrap();
+/// assert_eq!(*request.payload(), request.tag() as usize * 100);
+/// assert_eq!(request.state(), RqState::Idle);
+/// queue.free(rq).unwrap();
+/// ```
 // Laid out by hand, cache-line aligned: what allocating and freeing touch (the state, the
 // owner, the bookkeeping at the head of `io`) sits in the first line.
 #[repr(C, align(64))]
@@ -118,21 +156,72 @@ impl<T> Request<T> {
     ///
     /// Shared: an interrupt or a timeout handler may read it while the owner works, so
     /// mutable parts need their own synchronisation (atomics, a lock).
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, RequestInit, StdPlatform, TagSet};
+    ///
+    /// let name = |init: RequestInit| format!("rq{}", init.tag);
+    /// let set = TagSet::builder(4).build(StdPlatform::new(), name).unwrap();
+    /// let queue = set.attach().unwrap();
+    /// let rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    /// let request = queue.request(&rq).unwrap();
+    /// assert_eq!(*request.payload(), format!("rq{}", request.tag()));
+    /// queue.free(rq).unwrap();
+    /// ```
     pub fn payload(&self) -> &T {
         &self.payload
     }
 
     /// The current state.
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, RqState, StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(4).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let queue = set.attach().unwrap();
+    /// let mut rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    /// assert_eq!(queue.request(&rq).unwrap().state(), RqState::Idle);
+    /// queue.start(&mut rq, 0).unwrap();
+    /// assert_eq!(queue.request(&rq).unwrap().state(), RqState::InFlight);
+    /// queue.free(rq).unwrap();
+    /// ```
     pub fn state(&self) -> RqState {
         decode_state(self.state.load(Ordering::Acquire))
     }
 
     /// The generation: changes each time the request is allocated.
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(1).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let queue = set.attach().unwrap();
+    /// let rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    /// let request = queue.request(&rq).unwrap();
+    /// let first = request.generation();
+    /// queue.free(rq).unwrap();
+    /// let rq = queue.alloc(&Alloc::new(0, 0)).unwrap(); // the only request, again
+    /// assert!(std::ptr::eq(queue.request(&rq).unwrap(), request));
+    /// assert_ne!(request.generation(), first);
+    /// queue.free(rq).unwrap();
+    /// ```
     pub fn generation(&self) -> u64 {
         self.state.load(Ordering::Acquire) >> STATE_BITS
     }
 
     /// The generation and state read together.
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, RqState, StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(4).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let queue = set.attach().unwrap();
+    /// let mut rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    /// let request = queue.request(&rq).unwrap();
+    /// queue.start(&mut rq, 0).unwrap();
+    /// assert_eq!(request.snapshot(), (request.generation(), RqState::InFlight));
+    /// queue.free(rq).unwrap();
+    /// ```
     pub fn snapshot(&self) -> (u64, RqState) {
         let word = self.state.load(Ordering::Acquire);
         (word >> STATE_BITS, decode_state(word))
@@ -140,23 +229,77 @@ impl<T> Request<T> {
 
     /// The request's tag in the tags that own it: the driver tag without a scheduler, the
     /// scheduler tag with one.
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(8).reserved(2).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let queue = set.attach().unwrap();
+    /// let normal = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    /// let reserved = queue.alloc(&Alloc::new(0, 0).reserved()).unwrap();
+    /// assert!(queue.request(&normal).unwrap().tag() >= 2); // after the reserved ones
+    /// assert!(queue.request(&reserved).unwrap().tag() < 2);
+    /// queue.free(normal).unwrap();
+    /// queue.free(reserved).unwrap();
+    /// ```
     pub fn tag(&self) -> u32 {
         self.tag
     }
 
     /// The driver tag: a request without scheduler tags always has its own; a scheduler
     /// request has one from dispatch until it is freed or put back, else [`NO_TAG`].
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, NO_TAG, StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let mut queue = set.attach().unwrap();
+    /// let plain = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    /// let request = queue.request(&plain).unwrap();
+    /// assert_eq!(request.driver_tag(), request.tag());
+    /// queue.free(plain).unwrap();
+    ///
+    /// queue.attach_scheduler(None, |_| ()).unwrap();
+    /// let mut rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    /// assert_eq!(queue.request(&rq).unwrap().driver_tag(), NO_TAG);
+    /// assert!(queue.get_driver_tag(&mut rq).unwrap());
+    /// assert_ne!(queue.request(&rq).unwrap().driver_tag(), NO_TAG);
+    /// queue.free(rq).unwrap();
+    /// ```
     pub fn driver_tag(&self) -> u32 {
         self.driver_tag.load(Ordering::Acquire)
     }
 
     /// The hardware queue the request was allocated for.
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(8).hw_queues(4).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let queue = set.attach().unwrap();
+    /// let rq = queue.alloc(&Alloc::new(3, 0)).unwrap();
+    /// assert_eq!(queue.request(&rq).unwrap().hctx(), 3);
+    /// queue.free(rq).unwrap();
+    /// ```
     pub fn hctx(&self) -> usize {
         self.hctx.load(Ordering::Relaxed) as usize
     }
 
     /// `(hctx << 16) | driver tag`, the tag a driver with several hardware queues gives its
     /// hardware; `None` without a driver tag.
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, StdPlatform, TagSet, unique_tag_hwq, unique_tag_tag};
+    ///
+    /// let set = TagSet::builder(8).hw_queues(2).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let queue = set.attach().unwrap();
+    /// let rq = queue.alloc(&Alloc::new(1, 0)).unwrap();
+    /// let request = queue.request(&rq).unwrap();
+    /// let unique = request.unique_tag().unwrap();
+    /// assert_eq!(unique_tag_hwq(unique), 1);
+    /// assert_eq!(unique_tag_tag(unique), request.driver_tag());
+    /// queue.free(rq).unwrap();
+    /// ```
     pub fn unique_tag(&self) -> Option<u32> {
         match self.driver_tag() {
             NO_TAG => None,
@@ -164,7 +307,20 @@ impl<T> Request<T> {
         }
     }
 
-    /// When the request times out, in the platform's nanoseconds (0 before it starts).
+    /// When the request times out, in the platform's nanoseconds: set when it starts and
+    /// meaningful while it is in flight (0 before a request's first start; later, a
+    /// request not yet started again keeps the deadline of its last start).
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(4).timeout_ns(1_000).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let queue = set.attach().unwrap();
+    /// let mut rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    /// queue.start(&mut rq, 500).unwrap();
+    /// assert_eq!(queue.request(&rq).unwrap().deadline_ns(), 1_500);
+    /// queue.free(rq).unwrap();
+    /// ```
     pub fn deadline_ns(&self) -> u64 {
         self.deadline_ns.load(Ordering::Relaxed)
     }
@@ -288,11 +444,23 @@ pub const fn unique_tag(hctx: usize, tag: u32) -> u32 {
 }
 
 /// The hardware queue of a [`unique_tag`].
+///
+/// ```
+/// use blkmq_core::{unique_tag, unique_tag_hwq};
+/// assert_eq!(unique_tag_hwq(unique_tag(5, 9)), 5);
+/// assert_eq!(unique_tag_hwq(0x0002_0010), 2);
+/// ```
 pub const fn unique_tag_hwq(unique: u32) -> usize {
     (unique >> 16) as usize
 }
 
 /// The tag of a [`unique_tag`].
+///
+/// ```
+/// use blkmq_core::{unique_tag, unique_tag_tag};
+/// assert_eq!(unique_tag_tag(unique_tag(5, 9)), 9);
+/// assert_eq!(unique_tag_tag(0x0002_0010), 0x10);
+/// ```
 pub const fn unique_tag_tag(unique: u32) -> u32 {
     unique & 0xffff
 }
@@ -303,6 +471,17 @@ pub const fn unique_tag_tag(unique: u32) -> u32 {
 /// freed twice through it. It is 8 bytes and holds no reference, so it moves freely through
 /// lists and across threads. Dropping one without freeing it leaks its tag, which is why it
 /// is `#[must_use]`.
+///
+/// ```
+/// use blkmq_core::{Alloc, StdPlatform, TagError, TagSet};
+///
+/// let set = TagSet::builder(4).build(StdPlatform::new(), |_| ()).unwrap();
+/// let (a, b) = (set.attach().unwrap(), set.attach().unwrap());
+/// let rq = a.alloc(&Alloc::new(0, 0)).unwrap();
+/// let rq = std::thread::spawn(move || rq).join().unwrap(); // tokens move freely
+/// assert_eq!(b.request(&rq).unwrap_err(), TagError::ForeignRequest); // not b's
+/// a.free(rq).unwrap();
+/// ```
 #[must_use = "dropping an Rq leaks its tag; free it"]
 #[derive(Debug, PartialEq, Eq)]
 pub struct Rq {
@@ -363,6 +542,16 @@ impl Rq {
     }
 
     /// The request's tag in the tags that own it (see [`Request::tag`]).
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let queue = set.attach().unwrap();
+    /// let rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    /// assert_eq!(rq.tag(), queue.request(&rq).unwrap().tag());
+    /// queue.free(rq).unwrap();
+    /// ```
     pub fn tag(&self) -> u32 {
         (self.packed & 0xffff) as u32
     }
@@ -373,6 +562,20 @@ impl Rq {
 /// The first bio is held inline; bios merged after or before it are linked through slots of
 /// the tag set's bio pool, allocated when the tag set was created, so merging allocates
 /// nothing.
+///
+/// ```
+/// use blkmq_core::{Alloc, Bio, Op, StdPlatform, TagSet};
+///
+/// let set = TagSet::builder(4).build(StdPlatform::new(), |_| ()).unwrap();
+/// let queue = set.attach().unwrap();
+/// let mut rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
+/// queue.set_bio(&mut rq, Bio::new(Op::Write, 0, 8)).unwrap();
+/// queue.append_bio(&mut rq, Bio::new(Op::Write, 8, 8)).unwrap().unwrap();
+/// let io = queue.io(&rq).unwrap();
+/// assert_eq!((io.sector(), io.sectors(), io.nr_bios()), (0, 16, 2));
+/// assert_eq!(set.bio_slots_in_use(), 1); // the first bio is held inline
+/// queue.free(rq).unwrap();
+/// ```
 #[derive(Debug)]
 #[repr(C)]
 pub struct RqIo {
@@ -442,51 +645,174 @@ impl RqIo {
     }
 
     /// The operation (that of the first bio).
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, Bio, Op, StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(4).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let queue = set.attach().unwrap();
+    /// let mut rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    /// queue.set_bio(&mut rq, Bio::new(Op::Discard, 0, 64)).unwrap();
+    /// assert_eq!(queue.io(&rq).unwrap().op(), Op::Discard);
+    /// queue.free(rq).unwrap();
+    /// ```
     pub fn op(&self) -> Op {
         self.op
     }
 
     /// The flags of the first bio.
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, Bio, BioFlags, Op, StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(4).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let queue = set.attach().unwrap();
+    /// let mut rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    /// queue.set_bio(&mut rq, Bio::new(Op::Write, 0, 8).flags(BioFlags::FUA)).unwrap();
+    /// queue.append_bio(&mut rq, Bio::new(Op::Write, 8, 8)).unwrap().unwrap();
+    /// assert_eq!(queue.io(&rq).unwrap().flags(), BioFlags::FUA);
+    /// queue.free(rq).unwrap();
+    /// ```
     pub fn flags(&self) -> BioFlags {
         self.flags
     }
 
     /// The priority of the first bio.
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, Bio, IoPrio, IoPrioClass, Op, StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(4).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let queue = set.attach().unwrap();
+    /// let mut rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    /// let prio = IoPrio::new(IoPrioClass::RealTime, 1).unwrap();
+    /// queue.set_bio(&mut rq, Bio::new(Op::Read, 0, 8).prio(prio)).unwrap();
+    /// assert_eq!(queue.io(&rq).unwrap().prio(), prio);
+    /// queue.free(rq).unwrap();
+    /// ```
     pub fn prio(&self) -> IoPrio {
         self.prio
     }
 
     /// The issuer of the first bio.
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, Bio, IssuerId, Op, StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(4).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let queue = set.attach().unwrap();
+    /// let mut rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    /// queue.set_bio(&mut rq, Bio::new(Op::Read, 8, 8).issuer(IssuerId(1))).unwrap();
+    /// assert_eq!(queue.io(&rq).unwrap().issuer(), IssuerId(1));
+    /// queue.prepend_bio(&mut rq, Bio::new(Op::Read, 0, 8).issuer(IssuerId(2))).unwrap().unwrap();
+    /// assert_eq!(queue.io(&rq).unwrap().issuer(), IssuerId(2)); // the new first bio's
+    /// queue.free(rq).unwrap();
+    /// ```
     pub fn issuer(&self) -> IssuerId {
         self.issuer
     }
 
     /// First sector.
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, Bio, Op, StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(4).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let queue = set.attach().unwrap();
+    /// let mut rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    /// queue.set_bio(&mut rq, Bio::new(Op::Read, 16, 8)).unwrap();
+    /// assert_eq!(queue.io(&rq).unwrap().sector(), 16);
+    /// queue.prepend_bio(&mut rq, Bio::new(Op::Read, 8, 8)).unwrap().unwrap();
+    /// assert_eq!(queue.io(&rq).unwrap().sector(), 8);
+    /// queue.free(rq).unwrap();
+    /// ```
     pub fn sector(&self) -> u64 {
         self.sector
     }
 
     /// Length in sectors, over every bio.
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, Bio, Op, StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(4).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let queue = set.attach().unwrap();
+    /// let mut rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    /// queue.set_bio(&mut rq, Bio::new(Op::Write, 0, 8)).unwrap();
+    /// queue.append_bio(&mut rq, Bio::new(Op::Write, 8, 24)).unwrap().unwrap();
+    /// assert_eq!(queue.io(&rq).unwrap().sectors(), 32);
+    /// queue.free(rq).unwrap();
+    /// ```
     pub fn sectors(&self) -> u64 {
         self.sectors
     }
 
     /// The sector after the last.
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, Bio, Op, StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(4).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let queue = set.attach().unwrap();
+    /// let mut rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    /// queue.set_bio(&mut rq, Bio::new(Op::Write, 100, 8)).unwrap();
+    /// queue.append_bio(&mut rq, Bio::new(Op::Write, 108, 4)).unwrap().unwrap();
+    /// assert_eq!(queue.io(&rq).unwrap().end_sector(), 112);
+    /// queue.free(rq).unwrap();
+    /// ```
     pub fn end_sector(&self) -> u64 {
         self.sector + self.sectors
     }
 
     /// How many bios the request carries.
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, Bio, Op, StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(4).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let queue = set.attach().unwrap();
+    /// let mut rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    /// assert_eq!(queue.io(&rq).unwrap().nr_bios(), 0);
+    /// queue.set_bio(&mut rq, Bio::new(Op::Read, 0, 8)).unwrap();
+    /// queue.append_bio(&mut rq, Bio::new(Op::Read, 8, 8)).unwrap().unwrap();
+    /// assert_eq!(queue.io(&rq).unwrap().nr_bios(), 2);
+    /// queue.free(rq).unwrap();
+    /// ```
     pub fn nr_bios(&self) -> u32 {
         self.nr_bios
     }
 
     /// When the request was started, in platform nanoseconds.
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, Bio, Op, StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(4).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let queue = set.attach().unwrap();
+    /// let mut rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    /// queue.set_bio(&mut rq, Bio::new(Op::Read, 0, 8)).unwrap();
+    /// queue.start(&mut rq, 1_234).unwrap();
+    /// assert_eq!(queue.io(&rq).unwrap().start_ns(), 1_234);
+    /// queue.free(rq).unwrap();
+    /// ```
     pub fn start_ns(&self) -> u64 {
         self.start_ns
     }
 
     /// The first bio, if any.
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, Bio, Op, StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(4).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let queue = set.attach().unwrap();
+    /// let mut rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    /// assert!(queue.io(&rq).unwrap().first_bio().is_none());
+    /// queue.set_bio(&mut rq, Bio::new(Op::Read, 8, 8)).unwrap();
+    /// queue.prepend_bio(&mut rq, Bio::new(Op::Read, 0, 8)).unwrap().unwrap();
+    /// assert_eq!(queue.io(&rq).unwrap().first_bio().unwrap().sector, 0);
+    /// queue.free(rq).unwrap();
+    /// ```
     pub fn first_bio(&self) -> Option<&Bio> {
         self.first.as_ref()
     }
@@ -504,7 +830,8 @@ impl IoPrio {
 /// Slots are allocated through a bitmap; a slot's contents belong to the request whose chain
 /// links it, and are touched only by that request's owner.
 pub(crate) struct BioPool {
-    map: blkmq_sbitmap::Sbitmap,
+    /// `None` for a pool of no slot (a bitmap has at least one bit).
+    map: Option<blkmq_sbitmap::Sbitmap>,
     slots: alloc::boxed::Box<[BioSlot]>,
     hint: blkmq_sbitmap::AllocHint,
 }
@@ -525,14 +852,17 @@ unsafe impl Sync for BioSlot {}
 
 impl BioPool {
     pub(crate) fn new(slots: usize) -> Result<Self, crate::ConfigError> {
-        let map = blkmq_sbitmap::Sbitmap::new(slots.max(1))?;
+        let map = match slots {
+            0 => None,
+            n => Some(blkmq_sbitmap::Sbitmap::new(n)?),
+        };
         let empty = Link {
             bio: Bio::new(Op::Read, 0, 0),
             next: NO_TAG,
         };
         Ok(Self {
             map,
-            slots: (0..slots.max(1))
+            slots: (0..slots)
                 .map(|_| BioSlot {
                     cell: UnsafeCell::new(empty),
                 })
@@ -550,7 +880,7 @@ impl BioPool {
     }
 
     fn take(&self, bio: Bio) -> Result<u32, Bio> {
-        let Some(slot) = self.map.get(&self.hint) else {
+        let Some(slot) = self.map.as_ref().and_then(|map| map.get(&self.hint)) else {
             return Err(bio);
         };
         let slot = slot as u32;
@@ -564,13 +894,15 @@ impl BioPool {
         // A slot on a chain is allocated, so this cannot fail; a failure would be a broken
         // chain, an internal invariant.
         self.map
+            .as_ref()
+            .expect("a chained bio slot comes from a pool with slots")
             .put(slot as usize, &self.hint)
             .expect("a chained bio slot is allocated");
     }
 
     /// Slots in use.
     pub(crate) fn in_use(&self) -> usize {
-        self.map.weight()
+        self.map.as_ref().map_or(0, blkmq_sbitmap::Sbitmap::weight)
     }
 }
 

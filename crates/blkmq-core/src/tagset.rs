@@ -12,15 +12,51 @@ use crate::sync::{AtomicUsize, Ordering};
 use crate::tags::{MapParams, RequestInit, TagMap};
 
 /// The deepest a tag set may be (Linux's `BLK_MQ_MAX_DEPTH`).
+///
+/// ```
+/// use blkmq_core::{MAX_DEPTH, TagSet};
+/// assert!(TagSet::builder(MAX_DEPTH).validate().is_ok());
+/// assert!(TagSet::builder(MAX_DEPTH + 1).validate().is_err());
+/// ```
 pub const MAX_DEPTH: usize = 10240;
 /// The most hardware queues a tag set may have: a [`unique_tag`](crate::unique_tag) keeps 16
 /// bits for the queue.
+///
+/// ```
+/// use blkmq_core::{MAX_HW_QUEUES, TagSet};
+/// assert!(TagSet::builder(8).hw_queues(MAX_HW_QUEUES).validate().is_ok());
+/// assert!(TagSet::builder(8).hw_queues(MAX_HW_QUEUES + 1).validate().is_err());
+/// ```
 pub const MAX_HW_QUEUES: usize = 1 << 16;
 /// The deepest scheduler tags may be (Linux's `MAX_SCHED_RQ`).
+///
+/// ```
+/// use blkmq_core::{MAX_SCHED_DEPTH, StdPlatform, TagSet};
+///
+/// let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
+/// let mut queue = set.attach().unwrap();
+/// assert!(queue.attach_scheduler(Some(MAX_SCHED_DEPTH + 1), |_| ()).is_err());
+/// assert!(queue.attach_scheduler(Some(MAX_SCHED_DEPTH), |_| ()).is_ok());
+/// ```
 pub const MAX_SCHED_DEPTH: usize = 2048;
 /// The default request timeout: 30 s.
+///
+/// ```
+/// use blkmq_core::{DEFAULT_TIMEOUT_NS, StdPlatform, TagSet};
+/// let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
+/// assert_eq!(set.timeout_ns(), DEFAULT_TIMEOUT_NS);
+/// ```
 pub const DEFAULT_TIMEOUT_NS: u64 = 30_000_000_000;
 /// The default limit on request queues sharing one tag set.
+///
+/// ```
+/// use blkmq_core::{DEFAULT_MAX_QUEUES, StdPlatform, TagSet};
+///
+/// let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
+/// let queues: Vec<_> = (0..DEFAULT_MAX_QUEUES).map(|_| set.attach().unwrap()).collect();
+/// assert_eq!(set.nr_queues(), DEFAULT_MAX_QUEUES);
+/// assert!(set.attach().is_err());
+/// ```
 pub const DEFAULT_MAX_QUEUES: usize = 1024;
 
 bitflags::bitflags! {
@@ -80,6 +116,15 @@ pub struct TagSetBuilder {
 
 impl TagSetBuilder {
     /// With `nr` hardware queues (default 1).
+    ///
+    /// ```
+    /// use blkmq_core::{StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(16).hw_queues(4).build(StdPlatform::new(), |_| ()).unwrap();
+    /// assert_eq!(set.nr_hw_queues(), 4);
+    /// assert_eq!(set.nr_maps(), 4); // per-queue tags: one map each
+    /// assert!(TagSet::builder(16).hw_queues(0).validate().is_err());
+    /// ```
     pub fn hw_queues(mut self, nr: usize) -> Self {
         self.nr_hw_queues = nr;
         self
@@ -87,31 +132,90 @@ impl TagSetBuilder {
 
     /// With `nr` reserved tags (default 0): numbered first, allocated only on request, never
     /// subject to fair sharing.
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(16).reserved(2).build(StdPlatform::new(), |_| ()).unwrap();
+    /// assert_eq!(set.reserved(), 2);
+    /// let queue = set.attach().unwrap();
+    /// let rq = queue.alloc(&Alloc::new(0, 0).reserved()).unwrap();
+    /// assert!(rq.tag() < 2);
+    /// queue.free(rq).unwrap();
+    /// ```
     pub fn reserved(mut self, nr: usize) -> Self {
         self.reserved = nr;
         self
     }
 
     /// With `flags` (default none).
+    ///
+    /// ```
+    /// use blkmq_core::{StdPlatform, TagSet, TagSetFlags};
+    ///
+    /// let set = TagSet::builder(16)
+    ///     .hw_queues(4)
+    ///     .flags(TagSetFlags::SHARED_HOST_TAGS)
+    ///     .build(StdPlatform::new(), |_| ())
+    ///     .unwrap();
+    /// assert!(set.flags().contains(TagSetFlags::SHARED_HOST_TAGS));
+    /// assert_eq!(set.nr_maps(), 1);
+    /// ```
     pub fn flags(mut self, flags: TagSetFlags) -> Self {
         self.flags = flags;
         self
     }
 
     /// At most `max` request queues may share the set (default [`DEFAULT_MAX_QUEUES`]).
+    ///
+    /// ```
+    /// use blkmq_core::{StdPlatform, TagError, TagSet};
+    ///
+    /// let set = TagSet::builder(16).max_queues(1).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let queue = set.attach().unwrap();
+    /// assert_eq!(set.attach().unwrap_err(), TagError::TooManyQueues { max: 1 });
+    /// drop(queue);
+    /// assert!(set.attach().is_ok());
+    /// ```
     pub fn max_queues(mut self, max: usize) -> Self {
         self.max_queues = max;
         self
     }
 
     /// Requests time out `timeout_ns` after they start (default [`DEFAULT_TIMEOUT_NS`]).
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(16).timeout_ns(5_000).build(StdPlatform::new(), |_| ()).unwrap();
+    /// assert_eq!(set.timeout_ns(), 5_000);
+    /// let queue = set.attach().unwrap();
+    /// let mut rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    /// queue.start(&mut rq, 100).unwrap();
+    /// assert_eq!(queue.request(&rq).unwrap().deadline_ns(), 5_100);
+    /// queue.free(rq).unwrap();
+    /// ```
     pub fn timeout_ns(mut self, timeout_ns: u64) -> Self {
         self.timeout_ns = timeout_ns;
         self
     }
 
-    /// Room for `slots` merged bios beyond each request's first (default 4 x depth). A
-    /// merge that finds no room is refused, and the bio gets a request of its own.
+    /// Room for `slots` merged bios in all, shared by every request of the set (a request's
+    /// first bio needs none; default 4 x depth). A merge that finds no room is refused, and
+    /// the bio gets a request of its own.
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, Bio, Op, StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(4).bio_slots(1).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let queue = set.attach().unwrap();
+    /// let mut rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    /// queue.set_bio(&mut rq, Bio::new(Op::Write, 0, 8)).unwrap();
+    /// assert!(queue.append_bio(&mut rq, Bio::new(Op::Write, 8, 8)).unwrap().is_ok());
+    /// let refused = queue.append_bio(&mut rq, Bio::new(Op::Write, 16, 8)).unwrap();
+    /// assert_eq!(refused.unwrap_err().sector, 16); // the bio comes back
+    /// queue.free(rq).unwrap();
+    /// ```
     pub fn bio_slots(mut self, slots: usize) -> Self {
         self.bio_slots = Some(slots);
         self
@@ -121,6 +225,16 @@ impl TagSetBuilder {
     ///
     /// # Errors
     /// The [`ConfigError`] `build` would return.
+    ///
+    /// ```
+    /// use blkmq_core::{ConfigError, TagSet};
+    ///
+    /// assert!(TagSet::builder(8).reserved(7).validate().is_ok());
+    /// assert_eq!(
+    ///     TagSet::builder(8).reserved(8).validate(),
+    ///     Err(ConfigError::TooManyReserved { reserved: 8, depth: 8 })
+    /// );
+    /// ```
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.depth == 0 {
             return Err(ConfigError::ZeroDepth);
@@ -162,6 +276,26 @@ impl TagSetBuilder {
     /// [`ConfigError`]: a depth of 0 or above [`MAX_DEPTH`], reserved tags leaving no normal
     /// tag, 0 or more than [`MAX_HW_QUEUES`] hardware queues, a `max_queues` of 0, a
     /// platform with no CPU.
+    ///
+    /// ```
+    /// use blkmq_core::{ConfigError, StdPlatform, TagSet, TagSetFlags};
+    ///
+    /// let mut made = Vec::new();
+    /// let set = TagSet::builder(8)
+    ///     .hw_queues(2)
+    ///     .build(StdPlatform::new(), |init| made.push((init.map, init.tag)))
+    ///     .unwrap();
+    /// assert_eq!(made.len(), 16); // 8 requests for each of the 2 queues
+    /// assert_eq!(set.busy(), 0);
+    ///
+    /// let mut made = 0;
+    /// let shared = TagSet::builder(8).hw_queues(2).flags(TagSetFlags::SHARED_HOST_TAGS);
+    /// shared.build(StdPlatform::new(), |_| made += 1).unwrap();
+    /// assert_eq!(made, 8); // one map for both
+    ///
+    /// let err = TagSet::builder(8).max_queues(0).build(StdPlatform::new(), |_| ());
+    /// assert_eq!(err.unwrap_err(), ConfigError::ZeroQueues);
+    /// ```
     pub fn build<T, P: Platform>(
         self,
         platform: P,
@@ -250,6 +384,19 @@ pub struct TagSet<T, P: Platform> {
 }
 
 /// A request seen by busy-tag iteration.
+///
+/// ```
+/// use blkmq_core::{Alloc, StdPlatform, TagSet};
+///
+/// let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
+/// let queue = set.attach().unwrap();
+/// let rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
+/// set.for_each_busy(|busy| {
+///     assert_eq!((busy.hctx, busy.tag), (0, busy.request.tag()));
+///     true
+/// });
+/// queue.free(rq).unwrap();
+/// ```
 #[derive(Debug)]
 pub struct BusyRq<'a, T> {
     /// The hardware queue.
@@ -262,6 +409,15 @@ pub struct BusyRq<'a, T> {
 
 impl TagSet<(), crate::platform::NoPlatform> {
     /// A builder for a tag set of `depth` tags per map (including reserved ones).
+    ///
+    /// ```
+    /// use blkmq_core::{DEFAULT_TIMEOUT_NS, StdPlatform, TagSet, TagSetFlags};
+    ///
+    /// let set = TagSet::builder(32).build(StdPlatform::new(), |_| ()).unwrap();
+    /// assert_eq!((set.depth(), set.nr_hw_queues(), set.reserved()), (32, 1, 0));
+    /// assert_eq!(set.flags(), TagSetFlags::empty());
+    /// assert_eq!(set.timeout_ns(), DEFAULT_TIMEOUT_NS);
+    /// ```
     pub fn builder(depth: usize) -> TagSetBuilder {
         TagSetBuilder {
             depth,
@@ -277,51 +433,130 @@ impl TagSet<(), crate::platform::NoPlatform> {
 
 impl<T, P: Platform> TagSet<T, P> {
     /// Number of hardware queues.
+    ///
+    /// ```
+    /// use blkmq_core::{StdPlatform, TagSet};
+    /// let set = TagSet::builder(8).hw_queues(3).build(StdPlatform::new(), |_| ()).unwrap();
+    /// assert_eq!(set.nr_hw_queues(), 3);
+    /// ```
     pub fn nr_hw_queues(&self) -> usize {
         self.nr_hw_queues
     }
 
     /// Number of tag maps: 1 with shared host tags, else one per hardware queue.
+    ///
+    /// ```
+    /// use blkmq_core::{StdPlatform, TagSet, TagSetFlags};
+    ///
+    /// let builder = TagSet::builder(8).hw_queues(3);
+    /// let per_queue = builder.clone().build(StdPlatform::new(), |_| ()).unwrap();
+    /// assert_eq!(per_queue.nr_maps(), 3);
+    /// let shared = builder.flags(TagSetFlags::SHARED_HOST_TAGS);
+    /// assert_eq!(shared.build(StdPlatform::new(), |_| ()).unwrap().nr_maps(), 1);
+    /// ```
     pub fn nr_maps(&self) -> usize {
         self.maps.len()
     }
 
     /// Tags per map, reserved included (as last set by [`update_depth`](Self::update_depth)).
+    ///
+    /// ```
+    /// use blkmq_core::{StdPlatform, TagSet};
+    /// let set = TagSet::builder(32).reserved(4).build(StdPlatform::new(), |_| ()).unwrap();
+    /// assert_eq!(set.depth(), 32);
+    /// set.update_depth(8).unwrap();
+    /// assert_eq!(set.depth(), 8);
+    /// ```
     pub fn depth(&self) -> usize {
         self.depth.load(Ordering::Relaxed)
     }
 
     /// Reserved tags per map.
+    ///
+    /// ```
+    /// use blkmq_core::{StdPlatform, TagSet};
+    /// let set = TagSet::builder(32).reserved(4).build(StdPlatform::new(), |_| ()).unwrap();
+    /// assert_eq!(set.reserved(), 4);
+    /// ```
     pub fn reserved(&self) -> usize {
         self.reserved
     }
 
     /// The flags.
+    ///
+    /// ```
+    /// use blkmq_core::{StdPlatform, TagSet, TagSetFlags};
+    /// let flags = TagSetFlags::BLOCKING | TagSetFlags::NO_SCHED;
+    /// let set = TagSet::builder(8).flags(flags).build(StdPlatform::new(), |_| ()).unwrap();
+    /// assert_eq!(set.flags(), flags);
+    /// ```
     pub fn flags(&self) -> TagSetFlags {
         self.flags
     }
 
     /// The request timeout in nanoseconds.
+    ///
+    /// ```
+    /// use blkmq_core::{StdPlatform, TagSet};
+    /// let set = TagSet::builder(8).timeout_ns(1_000).build(StdPlatform::new(), |_| ()).unwrap();
+    /// assert_eq!(set.timeout_ns(), 1_000);
+    /// ```
     pub fn timeout_ns(&self) -> u64 {
         self.timeout_ns
     }
 
     /// CPUs of the platform, as the set was built.
+    ///
+    /// ```
+    /// use blkmq_core::{StdPlatform, TagSet};
+    /// let set = TagSet::builder(8).build(StdPlatform::with_cpus(6), |_| ()).unwrap();
+    /// assert_eq!(set.nr_cpus(), 6);
+    /// ```
     pub fn nr_cpus(&self) -> usize {
         self.nr_cpus
     }
 
     /// The platform.
+    ///
+    /// ```
+    /// use blkmq_core::{Platform, StdPlatform, TagSet};
+    /// let set = TagSet::builder(8).build(StdPlatform::with_cpus(2), |_| ()).unwrap();
+    /// set.platform().kick(0);
+    /// assert_eq!(set.platform().take_kicks(), vec![0]);
+    /// ```
     pub fn platform(&self) -> &P {
         &self.platform
     }
 
     /// Request queues attached now.
+    ///
+    /// ```
+    /// use blkmq_core::{StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
+    /// assert_eq!(set.nr_queues(), 0);
+    /// let queue = set.attach().unwrap();
+    /// assert_eq!(set.nr_queues(), 1);
+    /// drop(queue);
+    /// assert_eq!(set.nr_queues(), 0);
+    /// ```
     pub fn nr_queues(&self) -> usize {
         self.queues.load(Ordering::Relaxed)
     }
 
     /// Whether fair sharing is on (more than one request queue attached).
+    ///
+    /// ```
+    /// use blkmq_core::{StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let a = set.attach().unwrap();
+    /// assert!(!set.is_shared());
+    /// let b = set.attach().unwrap();
+    /// assert!(set.is_shared());
+    /// drop(b);
+    /// assert!(!set.is_shared());
+    /// ```
     #[inline(always)]
     pub fn is_shared(&self) -> bool {
         self.queues.load(Ordering::Relaxed) > 1
@@ -333,16 +568,49 @@ impl<T, P: Platform> TagSet<T, P> {
         if self.maps.len() == 1 { 0 } else { hctx }
     }
 
-    /// Queues counted active on the map of `hctx`.
+    /// Queues counted active on the map of `hctx` (0 for a hardware queue that does not
+    /// exist).
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(64).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let (a, b) = (set.attach().unwrap(), set.attach().unwrap());
+    /// assert_eq!(set.active_queues(0), 0); // attached, not yet allocating
+    /// let rq_a = a.alloc(&Alloc::new(0, 0)).unwrap();
+    /// let rq_b = b.alloc(&Alloc::new(0, 0)).unwrap();
+    /// assert_eq!(set.active_queues(0), 2);
+    /// a.free(rq_a).unwrap();
+    /// b.free(rq_b).unwrap();
+    /// ```
     pub fn active_queues(&self, hctx: usize) -> usize {
-        self.maps
-            .get(self.map_index(hctx))
-            .map_or(0, |m| m.active_queues.load(Ordering::Relaxed))
+        self.map_of(hctx)
+            .map_or(0, |m| self.maps[m].active_queues.load(Ordering::Relaxed))
     }
 
-    /// The most normal tags of `hctx`'s map one active queue may hold now.
+    /// The map serving `hctx`, if `hctx` exists.
+    pub(crate) fn map_of(&self, hctx: usize) -> Option<usize> {
+        (hctx < self.nr_hw_queues).then(|| self.map_index(hctx))
+    }
+
+    /// The most normal tags of `hctx`'s map one active queue may hold now (0 for a hardware
+    /// queue that does not exist).
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(64).reserved(4).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let a = set.attach().unwrap();
+    /// assert_eq!(set.fair_share(0), 60); // alone: every normal tag
+    /// let b = set.attach().unwrap();
+    /// let rq_a = a.alloc(&Alloc::new(0, 0)).unwrap();
+    /// let rq_b = b.alloc(&Alloc::new(0, 0)).unwrap();
+    /// assert_eq!(set.fair_share(0), 30); // two active queues
+    /// a.free(rq_a).unwrap();
+    /// b.free(rq_b).unwrap();
+    /// ```
     pub fn fair_share(&self, hctx: usize) -> usize {
-        self.maps.get(self.map_index(hctx)).map_or(0, |m| {
+        self.map_of(hctx).map(|m| &self.maps[m]).map_or(0, |m| {
             if self.is_shared() {
                 m.fair_share(m.active_queues.load(Ordering::Relaxed))
             } else {
@@ -353,18 +621,57 @@ impl<T, P: Platform> TagSet<T, P> {
 
     /// The wake-up batch of `hctx`'s normal tags: how many frees wake a waiter. It shrinks
     /// as more queues share the map, so a queue waiting on its small share is still woken.
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(64).build(StdPlatform::new(), |_| ()).unwrap();
+    /// assert_eq!(set.wake_batch(0), 8);
+    /// let (a, b) = (set.attach().unwrap(), set.attach().unwrap());
+    /// let rq_a = a.alloc(&Alloc::new(0, 0)).unwrap();
+    /// let rq_b = b.alloc(&Alloc::new(0, 0)).unwrap();
+    /// assert_eq!(set.wake_batch(0), 4); // 32 tags each
+    /// a.free(rq_a).unwrap();
+    /// b.free(rq_b).unwrap();
+    /// ```
     pub fn wake_batch(&self, hctx: usize) -> usize {
-        self.maps
-            .get(self.map_index(hctx))
-            .map_or(0, |m| m.normal.wake_batch())
+        self.map_of(hctx)
+            .map_or(0, |m| self.maps[m].normal.wake_batch())
     }
 
     /// Driver tags allocated, over every map.
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(8).hw_queues(2).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let queue = set.attach().unwrap();
+    /// let a = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    /// let b = queue.alloc(&Alloc::new(1, 0)).unwrap();
+    /// assert_eq!(set.busy(), 2);
+    /// queue.free(a).unwrap();
+    /// assert_eq!(set.busy(), 1);
+    /// queue.free(b).unwrap();
+    /// ```
     pub fn busy(&self) -> usize {
         self.maps.iter().map(TagMap::busy).sum()
     }
 
     /// Merged-bio slots in use.
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, Bio, Op, StdPlatform, Status, TagSet};
+    ///
+    /// let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let queue = set.attach().unwrap();
+    /// let mut rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    /// queue.set_bio(&mut rq, Bio::new(Op::Read, 0, 8)).unwrap();
+    /// assert_eq!(set.bio_slots_in_use(), 0);
+    /// queue.append_bio(&mut rq, Bio::new(Op::Read, 8, 8)).unwrap().unwrap();
+    /// assert_eq!(set.bio_slots_in_use(), 1);
+    /// queue.complete(rq, Status::Ok).unwrap();
+    /// assert_eq!(set.bio_slots_in_use(), 0);
+    /// ```
     pub fn bio_slots_in_use(&self) -> usize {
         self.bios.in_use()
     }
@@ -487,6 +794,17 @@ impl<T, P: Platform> TagSet<T, P> {
     ///
     /// # Errors
     /// [`TagError::TooManyQueues`] beyond the set's `max_queues`.
+    ///
+    /// ```
+    /// use blkmq_core::{StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(8).max_queues(2).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let a = set.attach().unwrap();
+    /// let b = set.attach().unwrap();
+    /// assert_ne!(a.id(), b.id());
+    /// assert!(set.is_shared());
+    /// assert!(set.attach().is_err());
+    /// ```
     pub fn attach(self: &Arc<Self>) -> Result<crate::QueueTags<T, P>, TagError> {
         let mut now = self.queues.load(Ordering::Relaxed);
         loop {

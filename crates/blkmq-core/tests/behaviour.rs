@@ -712,3 +712,58 @@ fn a_token_kept_past_its_queue_never_frees_a_later_request() {
     c.free(mine).unwrap();
     assert_eq!(set.busy(), 0);
 }
+
+#[test]
+fn limits_that_need_scheduler_tags_are_refused_without_them() {
+    let set = TagSet::builder(8)
+        .flags(TagSetFlags::NO_SCHED)
+        .build(StdPlatform::new(), |_| ())
+        .unwrap();
+    let mut queue = set.attach().unwrap();
+    assert_eq!(
+        queue.attach_scheduler(None, |_| ()),
+        Err(ConfigError::NoScheduler)
+    );
+    let other = set.attach().unwrap();
+    assert_eq!(
+        queue.alloc(&Alloc::new(0, 0).shallow(2)),
+        Err(TagError::NoScheduler)
+    );
+    assert_eq!(set.active_queues(0), 0, "the refusal changed nothing");
+    drop(other);
+}
+
+#[test]
+fn a_hardware_queue_that_does_not_exist_has_no_standing() {
+    let set = self::set(8, 2, TagSetFlags::SHARED_HOST_TAGS);
+    let a = set.attach().unwrap();
+    let b = set.attach().unwrap();
+    let rq = a.alloc(&Alloc::new(0, 0)).unwrap();
+    assert!(a.is_active(1), "one map serves both hardware queues");
+    assert!(!a.is_active(2));
+    assert_eq!(
+        (a.in_flight(2), set.active_queues(2), set.fair_share(2)),
+        (0, 0, 0)
+    );
+    assert_eq!(set.wake_batch(2), 0);
+    a.free(rq).unwrap();
+    assert!(!a.mark_idle(2), "no such hardware queue to idle");
+    assert!(a.is_active(0));
+    drop(b);
+}
+
+#[test]
+fn a_bio_pool_of_no_slot_refuses_every_merge() {
+    let set = TagSet::builder(2)
+        .bio_slots(0)
+        .build(StdPlatform::new(), |_| ())
+        .unwrap();
+    let queue = set.attach().unwrap();
+    let mut rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    queue.set_bio(&mut rq, bio(0, 50)).unwrap();
+    let refused = queue.append_bio(&mut rq, bio(8, 51)).unwrap();
+    assert_eq!(refused.map_err(|b| b.private), Err(51));
+    assert_eq!(set.bio_slots_in_use(), 0);
+    queue.complete(rq, Status::Ok).unwrap();
+    assert_eq!(ended(), [(50, Status::Ok)]);
+}
