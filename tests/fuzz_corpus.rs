@@ -1,39 +1,30 @@
-//! Replays the checked-in seed corpus of the `sbitmap_ops` fuzz target on stable, so that every
-//! `cargo test` runs what the fuzzer found interesting, without nightly or libFuzzer.
+//! Replays the checked-in seed corpora of the fuzz targets (`sbitmap_ops`, `tagset_ops`) on
+//! stable, so that every `cargo test` runs what the fuzzer found interesting, without nightly or
+//! libFuzzer.
 //!
-//! Each file in `fuzz/seeds/sbitmap_ops/` is decoded exactly as `fuzz_target!` decodes its
-//! input (`arbitrary_take_rest` of a `(Config, Vec<Op>)`, after the same minimum-length check)
-//! and run through the same model. The corpus must exist, every seed must decode, and together
-//! the seeds must reach every op kind, both allocation modes and both targets, so a corpus that
-//! goes missing or stale fails here instead of silently testing nothing.
+//! Each file in `fuzz/seeds/<target>/` is decoded exactly as `fuzz_target!` decodes its input
+//! (`arbitrary_take_rest` of a `(Config, Vec<Op>)`, after the same minimum-length check) and run
+//! through the same model. A corpus must exist, every seed must decode, and together the seeds
+//! must reach every op kind and the target's configuration modes (for `sbitmap_ops` both
+//! allocation modes and both targets; for `tagset_ops` per-queue and shared host tags, each with
+//! and without scheduler tags), so a corpus that goes missing or stale fails here instead of
+//! silently testing nothing.
 
-// The model runs real atomics, which loom's only work inside `loom::model`.
+// The models run real atomics, which loom's only work inside `loom::model`.
 #![cfg(not(loom))]
 
 use std::collections::BTreeSet;
+use std::fmt::Display;
 use std::fs;
 use std::path::{Path, PathBuf};
 
 use arbitrary::{Arbitrary, Unstructured};
-use blkmq_sbitmap::ops::{Config, Op, run};
 
-type Input = (Config, Vec<Op>);
-
-fn seeds_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds/sbitmap_ops")
-}
-
-/// What the fuzz target would run for `bytes`; `None` where it rejects the input.
-fn decode(bytes: &[u8]) -> Option<Input> {
-    if bytes.len() < <Input as Arbitrary>::size_hint(0).0 {
-        return None;
-    }
-    <Input as Arbitrary>::arbitrary_take_rest(Unstructured::new(bytes)).ok()
-}
-
-#[test]
-fn seed_corpus_passes_the_model() {
-    let dir = seeds_dir();
+/// The seeds of fuzz target `target`, sorted; the corpus must exist and hold some.
+fn seeds(target: &str) -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fuzz/seeds")
+        .join(target);
     let mut paths: Vec<PathBuf> = fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("seed corpus {}: {e}", dir.display()))
         .map(|entry| entry.expect("a directory entry").path())
@@ -41,28 +32,95 @@ fn seed_corpus_passes_the_model() {
         .collect();
     paths.sort();
     assert!(!paths.is_empty(), "seed corpus {} is empty", dir.display());
+    paths
+}
 
+/// What a fuzz target taking an `I` would run for `bytes`; `None` where it rejects the input.
+fn decode<I: for<'a> Arbitrary<'a>>(bytes: &[u8]) -> Option<I> {
+    if bytes.len() < I::size_hint(0).0 {
+        return None;
+    }
+    I::arbitrary_take_rest(Unstructured::new(bytes)).ok()
+}
+
+/// Decodes and runs every seed of `target` through `run`; returns each seed's op kinds and
+/// configuration mode.
+fn replay<I, M, E>(
+    target: &str,
+    run: impl Fn(&I) -> Result<(), E>,
+    describe: impl Fn(&I) -> (Vec<&'static str>, M),
+) -> (BTreeSet<&'static str>, BTreeSet<M>)
+where
+    I: for<'a> Arbitrary<'a> + std::fmt::Debug,
+    M: Ord,
+    E: Display,
+{
+    let paths = seeds(target);
     let mut kinds = BTreeSet::new();
     let mut modes = BTreeSet::new();
     let mut ops_run = 0;
     for path in &paths {
         let bytes = fs::read(path).expect("a readable seed");
-        let (config, ops) =
+        let input: I =
             decode(&bytes).unwrap_or_else(|| panic!("{}: does not decode", path.display()));
-        if let Err(failure) = run(&config, &ops) {
-            panic!("{}: {config:?}\n{failure}", path.display());
+        if let Err(failure) = run(&input) {
+            panic!("{}: {input:?}\n{failure}", path.display());
         }
-        kinds.extend(ops.iter().map(Op::kind));
-        modes.insert((config.round_robin, config.queue.is_some()));
-        ops_run += ops.len();
+        let (seed_kinds, mode) = describe(&input);
+        ops_run += seed_kinds.len();
+        kinds.extend(seed_kinds);
+        modes.insert(mode);
     }
+    println!("{target}: {} seeds, {ops_run} ops", paths.len());
+    (kinds, modes)
+}
 
-    let missing: Vec<_> = Op::KINDS.iter().filter(|k| !kinds.contains(*k)).collect();
+/// The kinds of `all` no seed reached.
+fn missing<'a>(all: &[&'a str], kinds: &BTreeSet<&str>) -> Vec<&'a str> {
+    all.iter().copied().filter(|k| !kinds.contains(k)).collect()
+}
+
+#[test]
+fn seed_corpus_passes_the_model() {
+    use blkmq_sbitmap::ops::{Config, Op, run};
+
+    let (kinds, modes) = replay(
+        "sbitmap_ops",
+        |(config, ops): &(Config, Vec<Op>)| run(config, ops),
+        |(config, ops)| {
+            let kinds = ops.iter().map(Op::kind).collect();
+            (kinds, (config.round_robin, config.queue.is_some()))
+        },
+    );
+    let missing = missing(Op::KINDS, &kinds);
     assert!(missing.is_empty(), "no seed has an op of kind {missing:?}");
     assert_eq!(
         modes.len(),
         4,
         "seeds cover only (round_robin, queue) = {modes:?}"
     );
-    println!("{} seeds, {ops_run} ops", paths.len());
+}
+
+#[test]
+fn tagset_seed_corpus_passes_the_model() {
+    use blkmq_core::ops::{Config, MAX_MODEL_QUEUES, Op, run};
+
+    let (kinds, modes) = replay(
+        "tagset_ops",
+        |(config, ops): &(Config, Vec<Op>)| run(config, ops),
+        |(config, ops)| {
+            let kinds = ops.iter().map(Op::kind).collect();
+            // Whether some queue slot starts with scheduler tags (`Config::schedulers`).
+            let slots = 1 + u32::from(config.queues) % MAX_MODEL_QUEUES as u32;
+            let sched = u32::from(config.schedulers) & ((1 << slots) - 1) != 0;
+            (kinds, (config.shared_tags, sched))
+        },
+    );
+    let missing = missing(Op::KINDS, &kinds);
+    assert!(missing.is_empty(), "no seed has an op of kind {missing:?}");
+    assert_eq!(
+        modes.len(),
+        4,
+        "seeds cover only (shared_tags, scheduler tags) = {modes:?}"
+    );
 }

@@ -46,9 +46,14 @@
 extern crate alloc;
 #[cfg(feature = "std")]
 extern crate std;
+// `arbitrary`'s derive names `::std`; the model itself uses only `core` and `alloc`.
+#[cfg(all(feature = "test-utils", not(feature = "std")))]
+extern crate std;
 
 mod bio;
 mod error;
+#[cfg(feature = "test-utils")]
+pub mod ops;
 mod platform;
 mod queue_tags;
 mod request;
