@@ -36,13 +36,16 @@ use std::hint::black_box;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use blkmq_sbitmap::{AllocHint, Sbitmap, SbitmapQueue};
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, Criterion, Throughput};
 use crossbeam_queue::ArrayQueue;
 use crossbeam_utils::CachePadded;
+
+mod common;
+use common::{PAIRED_ROUNDS, criterion_median, paired_ratio, rendezvous, wait_for};
 
 /// The depths every group is run at: a small tag set (words of 8 bits), a typical one
 /// (words of 64 bits) and a large one.
@@ -203,26 +206,6 @@ impl GetPut for Floor {
     }
 }
 
-/// Waits until `count` threads have arrived at `arrived`.
-fn rendezvous(arrived: &AtomicUsize, count: usize) {
-    arrived.fetch_add(1, Ordering::AcqRel);
-    wait_for(arrived, count);
-}
-
-/// Spins (yielding now and then, in case the other thread is not running) until `counter`
-/// reaches `count`.
-fn wait_for(counter: &AtomicUsize, count: usize) {
-    let mut spins = 0u32;
-    while counter.load(Ordering::Acquire) < count {
-        spins += 1;
-        if spins % 1024 == 0 {
-            thread::yield_now();
-        } else {
-            std::hint::spin_loop();
-        }
-    }
-}
-
 /// Two threads do `iters` get+put pairs each on `imp`, at the same time. Returns the wall
 /// time from their common start until both are done.
 fn two_threads<A: GetPut>(imp: &A, iters: u64) -> Duration {
@@ -331,20 +314,18 @@ fn config() -> Criterion {
 }
 
 fn main() {
+    let started = SystemTime::now();
     // What `criterion_group!` and `criterion_main!` expand to, less the undocumented `pub fn`.
     let mut c = config().configure_from_args();
     get_put_1t(&mut c);
     get_put_2t(&mut c);
     batch8(&mut c);
     c.final_summary();
-    summary();
+    summary(started);
     if std::env::args().skip(1).all(|a| a.starts_with('-')) {
         paired_summary();
     }
 }
-
-/// Rounds of each paired comparison.
-const PAIRED_ROUNDS: usize = 41;
 
 /// Get+put pairs per thread in one round of a paired comparison.
 const PAIRED_PAIRS: u64 = 200_000;
@@ -378,28 +359,6 @@ fn batch_rounds(map: &Sbitmap, iters: u64, batched: bool) -> Duration {
         }
     }
     start.elapsed()
-}
-
-/// The median over rounds of `time(a) / time(b)`, the two run back to back in each round
-/// (in alternating order). A shared virtual machine has slow phases lasting seconds, which
-/// move criterion's separate medians by a third; within one round they hit both sides.
-fn paired_ratio(mut a: impl FnMut() -> Duration, mut b: impl FnMut() -> Duration) -> f64 {
-    a();
-    b();
-    let mut ratios: Vec<f64> = (0..PAIRED_ROUNDS)
-        .map(|round| {
-            let (ta, tb) = if round % 2 == 0 {
-                let ta = a();
-                (ta, b())
-            } else {
-                let tb = b();
-                (a(), tb)
-            };
-            ta.as_secs_f64() / tb.as_secs_f64()
-        })
-        .collect();
-    ratios.sort_by(f64::total_cmp);
-    ratios[ratios.len() / 2]
 }
 
 /// The tracked ratios again, each measured as a paired comparison (see [`paired_ratio`]).
@@ -436,31 +395,14 @@ fn paired_summary() {
     }
 }
 
-/// The median of one benchmark from criterion's saved estimates, in ns.
-fn median(group: &str, function: &str) -> Option<f64> {
-    let home = std::env::var_os("CRITERION_HOME")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| {
-            let target = std::env::var_os("CARGO_TARGET_DIR").unwrap_or_else(|| "target".into());
-            std::path::Path::new(&target).join("criterion")
-        });
-    let path = home
-        .join(group.replace('/', "_"))
-        .join(function)
-        .join("new/estimates.json");
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
-    json["median"]["point_estimate"].as_f64()
-}
-
 /// Prints the ratios the project tracks, when every benchmark they need ran.
-fn summary() {
+fn summary(started: SystemTime) {
     let mut rows = Vec::new();
     for depth in DEPTHS {
         let one = format!("get_put_1t/depth={depth}");
         let two = format!("get_put_2t/depth={depth}");
         let batch = format!("batch8/depth={depth}");
-        let m = |g: &str, f: &str| median(g, f);
+        let m = |g: &str, f: &str| criterion_median(started, g, f);
         let (Some(b1), Some(q1), Some(c1), Some(f1)) = (
             m(&one, "blkmq"),
             m(&one, "blkmq_queue"),

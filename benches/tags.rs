@@ -57,6 +57,9 @@ use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, Criterion, Throughput};
 use crossbeam_utils::CachePadded;
 
+mod common;
+use common::{PAIRED_ROUNDS, criterion_median, paired_ratio, rendezvous, wait_for};
+
 /// The depths every group runs at: words of 16 bits and of 64 bits, four words each.
 const DEPTHS: [usize; 2] = [64, 256];
 
@@ -229,26 +232,6 @@ impl Contenders {
     }
 }
 
-/// Waits until `count` threads have arrived at `arrived`.
-fn rendezvous(arrived: &AtomicUsize, count: usize) {
-    arrived.fetch_add(1, Ordering::AcqRel);
-    wait_for(arrived, count);
-}
-
-/// Spins, yielding now and then in case the other thread is not running, until `counter`
-/// reaches `count`.
-fn wait_for(counter: &AtomicUsize, count: usize) {
-    let mut spins = 0u32;
-    while counter.load(Ordering::Acquire) < count {
-        spins = spins.wrapping_add(1);
-        if spins % 1024 == 0 {
-            thread::yield_now();
-        } else {
-            std::hint::spin_loop();
-        }
-    }
-}
-
 /// One thread (CPU 0) doing `iters` pairs on `imp`; returns the time it took.
 fn one_thread<A: GetPut>(imp: &A, iters: u64) -> Duration {
     let local = imp.local(0);
@@ -394,34 +377,8 @@ fn paired_wanted() -> bool {
     bench
 }
 
-/// Rounds of each paired comparison.
-const PAIRED_ROUNDS: usize = 41;
-
 /// Allocation and free pairs per thread in one round of a paired comparison.
 const PAIRED_PAIRS: u64 = 200_000;
-
-/// The median over rounds of `time(a) / time(b)`, the two run back to back in each round
-/// (in alternating order). A shared machine has slow phases lasting seconds, which move
-/// criterion's separate medians far more than the ratios tracked here; within one round
-/// they hit both sides.
-fn paired_ratio(mut a: impl FnMut() -> Duration, mut b: impl FnMut() -> Duration) -> f64 {
-    a();
-    b();
-    let mut ratios: Vec<f64> = (0..PAIRED_ROUNDS)
-        .map(|round| {
-            let (ta, tb) = if round % 2 == 0 {
-                let ta = a();
-                (ta, b())
-            } else {
-                let tb = b();
-                (a(), tb)
-            };
-            ta.as_secs_f64() / tb.as_secs_f64()
-        })
-        .collect();
-    ratios.sort_by(f64::total_cmp);
-    ratios[ratios.len() / 2]
-}
 
 /// A ratio of time against [`LAYER_TARGET`], starred when it misses it.
 fn layer(ratio: f64) -> String {
@@ -475,35 +432,13 @@ fn paired_summary() {
     }
 }
 
-/// The median of one benchmark from criterion's saved estimates, in ns, if this process
-/// (which started at `started`) measured it.
-fn median(started: SystemTime, group: &str, function: &str) -> Option<f64> {
-    let home = std::env::var_os("CRITERION_HOME")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| {
-            let target = std::env::var_os("CARGO_TARGET_DIR").unwrap_or_else(|| "target".into());
-            std::path::Path::new(&target).join("criterion")
-        });
-    let path = home
-        .join(group.replace('/', "_"))
-        .join(function)
-        .join("new/estimates.json");
-    // Estimates of an earlier run would mix other conditions into the ratios.
-    if std::fs::metadata(&path).ok()?.modified().ok()? < started {
-        return None;
-    }
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
-    json["median"]["point_estimate"].as_f64()
-}
-
 /// Prints the tracked ratios from criterion's medians, for every group this run measured.
 fn summary(started: SystemTime) {
     let mut rows = Vec::new();
     for (threads, prefix) in [(1, "tags_1t"), (2, "tags_2t")] {
         for depth in DEPTHS {
             let group = format!("{prefix}/depth={depth}");
-            let m = |f: &str| median(started, &group, f);
+            let m = |f: &str| criterion_median(started, &group, f);
             let (Some(raw), Some(percpu), Some(per_hctx), Some(shared)) =
                 (m("raw"), m("raw_percpu"), m("per_hctx"), m("shared"))
             else {

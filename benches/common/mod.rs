@@ -1,0 +1,78 @@
+//! What the benches share: starting threads together, paired comparisons, and reading
+//! criterion's medians back.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread;
+use std::time::{Duration, SystemTime};
+
+/// Rounds of each paired comparison.
+pub(crate) const PAIRED_ROUNDS: usize = 41;
+
+/// Waits until `count` threads have arrived at `arrived`.
+pub(crate) fn rendezvous(arrived: &AtomicUsize, count: usize) {
+    arrived.fetch_add(1, Ordering::AcqRel);
+    wait_for(arrived, count);
+}
+
+/// Spins, yielding now and then in case the other thread is not running, until `counter`
+/// reaches `count`.
+pub(crate) fn wait_for(counter: &AtomicUsize, count: usize) {
+    let mut spins = 0u32;
+    while counter.load(Ordering::Acquire) < count {
+        spins = spins.wrapping_add(1);
+        if spins % 1024 == 0 {
+            thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+/// The median over [`PAIRED_ROUNDS`] rounds of `time(a) / time(b)`, the two run back to
+/// back in each round (in alternating order). A shared virtual machine has slow phases
+/// lasting seconds, which move criterion's separate medians by a third; within one round
+/// they hit both sides.
+pub(crate) fn paired_ratio(
+    mut a: impl FnMut() -> Duration,
+    mut b: impl FnMut() -> Duration,
+) -> f64 {
+    a();
+    b();
+    let mut ratios: Vec<f64> = (0..PAIRED_ROUNDS)
+        .map(|round| {
+            let (ta, tb) = if round % 2 == 0 {
+                let ta = a();
+                (ta, b())
+            } else {
+                let tb = b();
+                (a(), tb)
+            };
+            ta.as_secs_f64() / tb.as_secs_f64()
+        })
+        .collect();
+    ratios.sort_by(f64::total_cmp);
+    ratios[ratios.len() / 2]
+}
+
+/// The median of one benchmark from criterion's saved estimates, in ns, if this process
+/// (which started at `started`) measured it: estimates of an earlier run would mix other
+/// conditions into the ratios.
+pub(crate) fn criterion_median(started: SystemTime, group: &str, function: &str) -> Option<f64> {
+    let home = std::env::var_os("CRITERION_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let target = std::env::var_os("CARGO_TARGET_DIR").unwrap_or_else(|| "target".into());
+            Path::new(&target).join("criterion")
+        });
+    let path = home
+        .join(group.replace('/', "_"))
+        .join(function)
+        .join("new/estimates.json");
+    if std::fs::metadata(&path).ok()?.modified().ok()? < started {
+        return None;
+    }
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
+    json["median"]["point_estimate"].as_f64()
+}
