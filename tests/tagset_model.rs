@@ -189,6 +189,24 @@ fn fixed(depth: u8, shared_tags: bool) -> Config {
     }
 }
 
+/// Two request queues (as `Config` counts them: `queues` is one less) on a set of `depth + 1`
+/// tags with one hardware queue, one CPU, no reserved tag and no scheduler.
+fn plain(depth: u8) -> Config {
+    Config {
+        depth,
+        reserved: 0,
+        hw_queues: 0,
+        shared_tags: false,
+        round_robin: false,
+        queues: 1,
+        max_queues: None,
+        cpus: 0,
+        bio_slots: None,
+        schedulers: 0,
+        nr_requests: 0,
+    }
+}
+
 /// Every op kind, through a fixed sequence that fills a small set past the fair share,
 /// merges, waits, idles, resizes and reattaches, on both kinds of tag maps.
 #[test]
@@ -354,17 +372,8 @@ fn fixed_sequence_covers_every_op() {
 #[test]
 fn idle_queue_wakes_a_waiter_over_its_share() {
     let config = Config {
-        depth: 7,
-        reserved: 0,
-        hw_queues: 0,
         shared_tags: true,
-        round_robin: false,
-        queues: 1,
-        max_queues: None,
-        cpus: 0,
-        bio_slots: None,
-        schedulers: 0,
-        nr_requests: 0,
+        ..plain(7)
     };
     let normal = |queue| Op::Alloc {
         queue,
@@ -397,19 +406,7 @@ fn idle_queue_wakes_a_waiter_over_its_share() {
 /// to free.
 #[test]
 fn stale_token_cannot_touch_the_next_allocation() {
-    let config = Config {
-        depth: 0,
-        reserved: 0,
-        hw_queues: 0,
-        shared_tags: false,
-        round_robin: false,
-        queues: 1,
-        max_queues: None,
-        cpus: 0,
-        bio_slots: None,
-        schedulers: 0,
-        nr_requests: 0,
-    };
+    let config = plain(0);
     let alloc = |queue| Op::Alloc {
         queue,
         hctx: 0,
@@ -454,17 +451,9 @@ fn stale_token_cannot_touch_the_next_allocation() {
 #[test]
 fn foreign_token_is_refused() {
     let config = Config {
-        depth: 7,
         reserved: 1,
         hw_queues: 1,
-        shared_tags: false,
-        round_robin: false,
-        queues: 1,
-        max_queues: None,
-        cpus: 0,
-        bio_slots: None,
-        schedulers: 0,
-        nr_requests: 0,
+        ..plain(7)
     };
     let alloc = Op::Alloc {
         queue: 0,
