@@ -57,6 +57,7 @@ pub mod ops;
 mod platform;
 mod queue_tags;
 mod request;
+mod restart;
 mod sync;
 mod tags;
 mod tagset;
@@ -68,6 +69,7 @@ pub use platform::StdPlatform;
 pub use platform::{NoPlatform, Platform};
 pub use queue_tags::{Alloc, AllocFuture, QueueTags};
 pub use request::{NO_TAG, Request, Rq, RqIo, RqState, unique_tag, unique_tag_hwq, unique_tag_tag};
+pub use restart::RestartSet;
 pub use tags::RequestInit;
 pub use tagset::{
     BusyRq, DEFAULT_MAX_QUEUES, DEFAULT_TIMEOUT_NS, MAX_DEPTH, MAX_HW_QUEUES, MAX_SCHED_DEPTH,

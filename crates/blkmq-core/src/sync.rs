@@ -1,8 +1,9 @@
 //! The one place that knows about loom.
 //!
 //! The tag layer takes its atomics from here, so the same code runs on hardware and under
-//! `RUSTFLAGS="--cfg loom"`. Its one Dekker pair (a waiter over its fair share against a
-//! freer) is fenced inside the bitmap's wait queue, which this layer waits on.
+//! `RUSTFLAGS="--cfg loom"`. The fair-share wait's Dekker pair (a waiter over its share
+//! against a freer) is fenced inside the bitmap's wait queue, which this layer waits on; the
+//! restart protocol's is fenced here (`seqcst_pair`).
 
 #[cfg(not(loom))]
 pub(crate) use core::sync::atomic::{
@@ -12,3 +13,15 @@ pub(crate) use core::sync::atomic::{
 pub(crate) use loom::sync::atomic::{
     AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
 };
+
+/// Orders a preceding sequentially consistent access before a following one, as loom needs.
+///
+/// The restart protocol is Dekker's pattern (see the `restart` module): every access in it
+/// is `SeqCst`, which forbids both sides missing each other. Loom models `SeqCst` accesses
+/// as acquire/release only, but `SeqCst` fences exactly, so under loom this is a fence; on
+/// hardware it is nothing, the accesses already being `SeqCst`.
+#[inline(always)]
+pub(crate) fn seqcst_pair() {
+    #[cfg(loom)]
+    loom::sync::atomic::fence(Ordering::SeqCst);
+}

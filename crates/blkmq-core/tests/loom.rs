@@ -189,3 +189,108 @@ fn idle_queue_gives_its_share_back_to_a_waiter() {
         assert_eq!(set.busy(), 0);
     });
 }
+
+/// The restart protocol: a dispatcher that finds the shared resource taken puts its request
+/// back, marks its hardware queue in a `RestartSet`, and looks at the resource again; a
+/// completion gives the resource back and drains the set, running each queue it hands out.
+/// Two hardware queues each queue a request while a third party holds the only unit of the
+/// resource; every dispatched request "completes" at once (gives the unit back and drains).
+/// In every interleaving both requests are dispatched: none is stranded. Run with the two
+/// queues in one word (a one-level set) and in two words under a root (a two-level set).
+#[test]
+fn restart_set_strands_no_request() {
+    use blkmq_core::RestartSet;
+    use loom::sync::Mutex;
+    use loom::sync::atomic::AtomicUsize;
+
+    struct World {
+        lists: [Mutex<Vec<u32>>; 2],
+        /// Free units of the resource (a driver tag, say).
+        free: AtomicUsize,
+        waiting: RestartSet,
+        dispatched: AtomicUsize,
+        /// The two queues are `0` and `spacing`.
+        spacing: usize,
+    }
+
+    impl World {
+        fn take(&self) -> bool {
+            let mut now = self.free.load(Ordering::SeqCst);
+            while now > 0 {
+                match self
+                    .free
+                    .compare_exchange(now, now - 1, Ordering::SeqCst, Ordering::SeqCst)
+                {
+                    Ok(_) => return true,
+                    Err(seen) => now = seen,
+                }
+            }
+            false
+        }
+
+        /// A completion: the unit goes back, then every waiting queue runs.
+        fn complete(&self) {
+            self.free.fetch_add(1, Ordering::SeqCst);
+            self.waiting.drain(|hctx| self.run(hctx));
+        }
+
+        /// Runs hardware queue `hctx` until its list is empty or the resource is short.
+        fn run(&self, hctx: usize) {
+            let list = &self.lists[hctx / self.spacing];
+            loop {
+                let Some(rq) = list.lock().unwrap().pop() else {
+                    return;
+                };
+                if self.take() {
+                    self.dispatched.fetch_add(1, Ordering::SeqCst);
+                    let _ = rq;
+                    self.complete();
+                    continue;
+                }
+                list.lock().unwrap().push(rq);
+                self.waiting.mark(hctx);
+                // The second look, after the mark.
+                if self.free.load(Ordering::SeqCst) == 0 {
+                    return;
+                }
+            }
+        }
+    }
+
+    let mut builder = loom::model::Builder::new();
+    if builder.preemption_bound.is_none() {
+        builder.preemption_bound = Some(2);
+    }
+    for spacing in [1, 64] {
+        builder.check(move || {
+            let world = Arc::new(World {
+                lists: [Mutex::new(Vec::new()), Mutex::new(Vec::new())],
+                free: AtomicUsize::new(0),
+                waiting: RestartSet::new(2 * spacing).unwrap(),
+                dispatched: AtomicUsize::new(0),
+                spacing,
+            });
+            let submitters: Vec<_> = (0..2)
+                .map(|i| {
+                    let world = world.clone();
+                    thread::spawn(move || {
+                        world.lists[i].lock().unwrap().push(i as u32);
+                        world.run(i * world.spacing);
+                    })
+                })
+                .collect();
+            // The holder of the only unit completes.
+            world.complete();
+            for s in submitters {
+                s.join().unwrap();
+            }
+            assert_eq!(
+                world.dispatched.load(Ordering::SeqCst),
+                2,
+                "a request was stranded: {:?}",
+                world.waiting
+            );
+            assert!(world.lists.iter().all(|l| l.lock().unwrap().is_empty()));
+        });
+    }
+}
