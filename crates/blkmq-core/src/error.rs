@@ -63,6 +63,14 @@ pub enum ConfigError {
     /// Scheduler tags asked of a tag set made with
     /// [`TagSetFlags::NO_SCHED`](crate::TagSetFlags::NO_SCHED).
     NoScheduler,
+    /// A queue map that sends a CPU outside its queues, or maps that disagree on the CPUs
+    /// or share a hardware queue.
+    BadQueueMap {
+        /// The CPU concerned (0 for maps that overlap).
+        cpu: usize,
+        /// The hardware queue concerned.
+        hctx: usize,
+    },
     /// An I/O priority level of 8 or more.
     BadPrioLevel {
         /// The level asked for.
@@ -105,6 +113,9 @@ impl fmt::Display for ConfigError {
                 depth,
             } => write!(f, "shallow depth {shallow_depth} is not within 1..={depth}"),
             ConfigError::NoScheduler => f.write_str("the tag set was made without schedulers"),
+            ConfigError::BadQueueMap { cpu, hctx } => {
+                write!(f, "bad queue map: CPU {cpu}, hardware queue {hctx}")
+            }
             ConfigError::BadPrioLevel { level } => {
                 write!(f, "priority level {level} is not within 0..=7")
             }

@@ -55,6 +55,7 @@ mod error;
 #[cfg(feature = "test-utils")]
 pub mod ops;
 mod platform;
+mod queue_map;
 mod queue_tags;
 mod request;
 mod restart;
@@ -67,6 +68,7 @@ pub use error::{ConfigError, TagError};
 #[cfg(all(feature = "std", not(loom)))]
 pub use platform::StdPlatform;
 pub use platform::{NoPlatform, Platform};
+pub use queue_map::{QueueMap, QueueMaps, QueueType};
 pub use queue_tags::{Alloc, AllocFuture, QueueTags};
 pub use request::{NO_TAG, Request, Rq, RqIo, RqState, unique_tag, unique_tag_hwq, unique_tag_tag};
 pub use restart::RestartSet;
