@@ -71,6 +71,11 @@ pub enum ConfigError {
         /// The hardware queue concerned.
         hctx: usize,
     },
+    /// Scheduler tags asked for while the current ones still have requests out.
+    SchedulerBusy,
+    /// Every identity for tag sets, scheduler tags or request queues has been handed out
+    /// (2^32 of each kind); one is never reused, since tokens name their tags by it.
+    IdentitiesExhausted,
     /// An I/O priority level of 8 or more.
     BadPrioLevel {
         /// The level asked for.
@@ -116,6 +121,10 @@ impl fmt::Display for ConfigError {
             ConfigError::BadQueueMap { cpu, hctx } => {
                 write!(f, "bad queue map: CPU {cpu}, hardware queue {hctx}")
             }
+            ConfigError::SchedulerBusy => {
+                f.write_str("the current scheduler tags still have requests out")
+            }
+            ConfigError::IdentitiesExhausted => f.write_str("identities exhausted"),
             ConfigError::BadPrioLevel { level } => {
                 write!(f, "priority level {level} is not within 0..=7")
             }
@@ -161,6 +170,8 @@ pub enum TagError {
         /// The tag set's limit.
         max: usize,
     },
+    /// Every request-queue identity has been handed out (2^32); one is never reused.
+    IdentitiesExhausted,
     /// The bitmap refused the operation (for example a shallow limit below its declared
     /// minimum).
     Bitmap(SbitmapError),
@@ -184,6 +195,7 @@ impl fmt::Display for TagError {
             TagError::TooManyQueues { max } => {
                 write!(f, "the tag set allows at most {max} request queues")
             }
+            TagError::IdentitiesExhausted => f.write_str("request-queue identities exhausted"),
             TagError::Bitmap(e) => write!(f, "bitmap: {e}"),
         }
     }

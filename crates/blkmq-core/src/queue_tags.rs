@@ -2,6 +2,7 @@
 
 use alloc::boxed::Box;
 use alloc::sync::Arc;
+use alloc::vec::Vec;
 use core::fmt;
 use core::future::Future;
 use core::pin::Pin;
@@ -117,10 +118,6 @@ struct SchedTags<T, R: lock_api::RawMutex> {
     maps: Box<[TagMap<T, R>]>,
 }
 
-/// Identities of request queues, so a request names its queue.
-static NEXT_QUEUE_ID: AtomicU32Id = AtomicU32Id::new(0);
-type AtomicU32Id = core::sync::atomic::AtomicU32;
-
 /// A request queue's handle on a [`TagSet`]: it allocates and frees this queue's requests.
 ///
 /// Without scheduler tags a request is the driver tag's own preallocated request. With them
@@ -152,7 +149,7 @@ pub struct QueueTags<T, P: Platform> {
     nr_maps: usize,
     /// `set.maps`, one pointer nearer: the fast paths start their chain of dependent loads
     /// here rather than at the `Arc`.
-    maps: core::ptr::NonNull<TagMap<T, P::RawMutex>>,
+    maps: core::ptr::NonNull<[TagMap<T, P::RawMutex>]>,
     activity: Box<[CachePadded<Activity>]>,
     sched: Option<SchedTags<T, P::RawMutex>>,
 }
@@ -167,7 +164,7 @@ enum Owner<'a, T, R: lock_api::RawMutex> {
 }
 
 impl<T, P: Platform> QueueTags<T, P> {
-    pub(crate) fn new(set: Arc<TagSet<T, P>>) -> Self {
+    pub(crate) fn new(set: Arc<TagSet<T, P>>, id: u32) -> Self {
         let activity = (0..set.maps.len())
             .map(|_| {
                 CachePadded::new(Activity {
@@ -177,11 +174,11 @@ impl<T, P: Platform> QueueTags<T, P> {
             })
             .collect();
         Self {
-            id: NEXT_QUEUE_ID.fetch_add(1, core::sync::atomic::Ordering::Relaxed),
+            id,
             set_id: set.id,
             nr_hw_queues: set.nr_hw_queues(),
             nr_maps: set.maps.len(),
-            maps: core::ptr::NonNull::from(&set.maps[0]),
+            maps: core::ptr::NonNull::from(&*set.maps),
             set,
             activity,
             sched: None,
@@ -191,9 +188,9 @@ impl<T, P: Platform> QueueTags<T, P> {
     /// The driver tag maps, through the cached pointer.
     #[inline(always)]
     fn maps(&self) -> &[TagMap<T, P::RawMutex>] {
-        // SAFETY: `maps` points at the first of `nr_maps` maps in the boxed slice of the set
-        // that `self.set` keeps alive; a boxed slice never moves, and is never mutated.
-        unsafe { core::slice::from_raw_parts(self.maps.as_ptr(), self.nr_maps) }
+        // SAFETY: `maps` is the set's boxed slice of maps, which `self.set` keeps alive; a
+        // boxed slice never moves, and the set never mutates it.
+        unsafe { self.maps.as_ref() }
     }
 
     /// The tag set.
@@ -635,7 +632,9 @@ impl<T, P: Platform> QueueTags<T, P> {
             Owner::Driver(_, map) | Owner::Sched(_, map) => map,
         };
         let request = map.requests.get(tag).ok_or(TagError::ForeignRequest)?;
-        if request.queue_id() != self.id || !request.is_live_at(rq.generation()) {
+        if ptr::from_ref(request).addr() != rq.addr()
+            || !request.is_owned_by(self.id, rq.generation())
+        {
             return Err(TagError::ForeignRequest);
         }
         Ok((owner, request))
@@ -676,11 +675,25 @@ impl<T, P: Platform> QueueTags<T, P> {
     /// assert_eq!(queue.io(&rq).unwrap().op(), Op::Write);
     /// queue.free(rq).unwrap();
     /// ```
-    pub fn io(&self, rq: &Rq) -> Result<&RqIo, TagError> {
+    ///
+    /// The view borrows the token, so the request cannot change (or be freed and reused)
+    /// while it is held:
+    ///
+    /// ```compile_fail
+    /// use blkmq_core::{Alloc, Bio, Op, StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let queue = set.attach().unwrap();
+    /// let mut rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    /// let view = queue.io(&rq).unwrap();
+    /// queue.set_bio(&mut rq, Bio::new(Op::Read, 64, 8)).unwrap(); // error: `rq` is borrowed
+    /// assert_eq!(view.sector(), 0);
+    /// ```
+    pub fn io<'a>(&'a self, rq: &'a Rq) -> Result<&'a RqIo, TagError> {
         let request = self.owner(rq)?.1;
-        // SAFETY: `rq` is the request's unique token and we borrow it for the result's
-        // lifetime, so no `&mut RqIo` can exist meanwhile.
-        Ok(unsafe { request.io_mut() })
+        // SAFETY: `rq` is the request's unique token and the result borrows it, so no
+        // `&mut RqIo` (which needs the token borrowed mutably) can exist meanwhile.
+        Ok(unsafe { request.io_ref() })
     }
 
     /// The I/O `rq` carries, for changing it (the elevator's data, say).
@@ -953,18 +966,15 @@ impl<T, P: Platform> QueueTags<T, P> {
                     // alive as long as the set, which `self` holds.
                     let request =
                         unsafe { &*ptr::with_exposed_provenance::<Request<T>>(rq.addr()) };
-                    // SAFETY: we own the token, consumed here (checked just below before
-                    // anything is changed).
-                    let io = unsafe { request.io_mut() };
-                    if request.queue_id() == self.id
-                        && request.is_live_at(rq.generation())
-                        && io.nr_bios() == 0
-                        && !io.counted
-                        && tag >= map.nr_reserved
-                    {
-                        let cpu = io.alloc_cpu as usize;
-                        request.release();
-                        return map.put_normal(tag, cpu);
+                    if request.is_owned_by(self.id, rq.generation()) && tag >= map.nr_reserved {
+                        // SAFETY: the token is live and ours (just checked), and we own it:
+                        // nobody else reaches `io`.
+                        let io = unsafe { request.io_mut() };
+                        if io.nr_bios() == 0 && !io.counted {
+                            let cpu = io.alloc_cpu as usize;
+                            request.release();
+                            return map.put_normal(tag, cpu);
+                        }
                     }
                 }
             }
@@ -1132,10 +1142,7 @@ impl<T, P: Platform> QueueTags<T, P> {
             // SAFETY: `slot` points into our scheduler tags, which `&self` keeps alive.
             unsafe { &*slot }
         };
-        (request.queue_id() == self.id
-            && request.state() != RqState::Free
-            && request.driver_tag() == tag as u32)
-            .then_some(request)
+        (request.is_allocated_to(self.id) && request.driver_tag() == tag as u32).then_some(request)
     }
 
     /// Calls `f` for each of this queue's requests holding a driver tag, on `hctx` only or
@@ -1175,7 +1182,9 @@ impl<T, P: Platform> QueueTags<T, P> {
     /// # Errors
     /// [`ConfigError::BadNrRequests`] for 0 or above [`MAX_SCHED_DEPTH`], or not above the
     /// reserved tags; [`ConfigError::NoScheduler`] when the set was made with
-    /// [`TagSetFlags::NO_SCHED`].
+    /// [`TagSetFlags::NO_SCHED`]; [`ConfigError::SchedulerBusy`] when scheduler tags the
+    /// queue already has still have requests out (they stay). Replacing idle scheduler tags
+    /// frees them.
     ///
     /// ```
     /// use blkmq_core::{Alloc, ConfigError, StdPlatform, TagSet};
@@ -1206,6 +1215,11 @@ impl<T, P: Platform> QueueTags<T, P> {
                 max: MAX_SCHED_DEPTH,
             });
         }
+        // Checked before anything is made: scheduler tags with requests out stay.
+        if self.sched_busy() != 0 {
+            return Err(ConfigError::SchedulerBusy);
+        }
+        let id = next_pool_id().ok_or(ConfigError::IdentitiesExhausted)?;
         let maps = (0..self.set.maps.len())
             .map(|map| {
                 let params = MapParams {
@@ -1222,16 +1236,11 @@ impl<T, P: Platform> QueueTags<T, P> {
             })
             .collect::<Result<Box<[_]>, _>>()?;
         if self.sched.is_some() {
-            self.detach_scheduler()
-                .map_err(|_| ConfigError::BadNrRequests {
-                    nr_requests,
-                    max: MAX_SCHED_DEPTH,
-                })?;
+            // Idle (checked above): freeing them needs only the iteration lock.
+            let _guard = self.set.iter_lock.lock();
+            self.sched = None;
         }
-        self.sched = Some(SchedTags {
-            id: next_pool_id(),
-            maps,
-        });
+        self.sched = Some(SchedTags { id, maps });
         Ok(())
     }
 
@@ -1391,15 +1400,19 @@ unsafe impl<T: Send + Sync, P: Platform> Sync for QueueTags<T, P> where TagSet<T
 impl<T, P: Platform> Drop for QueueTags<T, P> {
     fn drop(&mut self) {
         let set = Arc::clone(&self.set);
+        // Bios still on requests end with an error, but only once every tag is back and the
+        // lock is released: a callback that panics (or iterates the set) then finds nothing
+        // half done.
+        let mut orphans: Vec<Bio> = Vec::new();
         {
             let _guard = set.iter_lock.lock();
             for (m, map) in set.maps.iter().enumerate() {
                 map.for_each_busy_tag(|tag| {
-                    self.reclaim(m, map, tag);
+                    self.reclaim(m, map, tag, &mut orphans);
                     true
                 });
             }
-            // Scheduler requests without a driver tag: end their bios, so none is lost.
+            // Scheduler requests without a driver tag: take their bios too.
             if let Some(sched) = &self.sched {
                 for map in sched.maps.iter() {
                     map.for_each_busy_tag(|tag| {
@@ -1407,9 +1420,7 @@ impl<T, P: Platform> Drop for QueueTags<T, P> {
                         if request.state() != RqState::Free {
                             // SAFETY: as in `reclaim`: the tokens are unusable without `self`.
                             let io = unsafe { request.io_mut() };
-                            if io.nr_bios() != 0 {
-                                io.end_bios(&self.set.bios, Status::IoErr);
-                            }
+                            io.drain_bios(&self.set.bios, &mut orphans);
                         }
                         true
                     });
@@ -1422,13 +1433,17 @@ impl<T, P: Platform> Drop for QueueTags<T, P> {
             self.deactivate(m);
         }
         set.queues.fetch_sub(1, Ordering::AcqRel);
+        for bio in orphans {
+            bio.complete(Status::IoErr);
+        }
     }
 }
 
 impl<T, P: Platform> QueueTags<T, P> {
     /// Frees driver tag `tag` of map `m` if one of our requests, whose token is now
-    /// unusable, still holds it. The caller holds `iter_lock` and `&mut self`.
-    fn reclaim(&self, m: usize, map: &TagMap<T, P::RawMutex>, tag: usize) {
+    /// unusable, still holds it, moving its bios to `orphans`. The caller holds `iter_lock`
+    /// and `&mut self`.
+    fn reclaim(&self, m: usize, map: &TagMap<T, P::RawMutex>, tag: usize, orphans: &mut Vec<Bio>) {
         let slot = map.rqs[tag].load(Ordering::Acquire);
         let request = if slot.is_null() {
             &map.requests[tag]
@@ -1446,15 +1461,15 @@ impl<T, P: Platform> QueueTags<T, P> {
         } else {
             return;
         };
-        if request.queue_id() != self.id || request.state() == RqState::Free {
+        // State first, then owner: a request another queue is claiming right now is not
+        // taken for ours because of the owner its last free left behind.
+        if !request.is_allocated_to(self.id) {
             return;
         }
-        // SAFETY: the request's token can only be used through `self`, which the caller
-        // holds mutably: nobody else touches `io`.
+        // SAFETY: the request is ours, and its token can only be used through `self` (every
+        // other queue refuses it), which the caller holds mutably: nobody else touches `io`.
         let io = unsafe { request.io_mut() };
-        if io.nr_bios() != 0 {
-            io.end_bios(&self.set.bios, Status::IoErr);
-        }
+        io.drain_bios(&self.set.bios, orphans);
         let (cpu, counted) = (io.alloc_cpu as usize, io.counted);
         if !slot.is_null() {
             map.rqs[tag].store(ptr::null_mut(), Ordering::Release);

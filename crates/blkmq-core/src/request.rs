@@ -416,6 +416,32 @@ impl<T> Request<T> {
         // SAFETY: exclusive access is the caller's contract.
         unsafe { &mut *self.io.get() }
     }
+
+    /// The owner's side, to read.
+    ///
+    /// # Safety
+    /// The caller holds this request's `Rq` borrowed (at least shared) for the returned
+    /// lifetime, so no `&mut RqIo` exists meanwhile (those need the token borrowed mutably).
+    #[inline(always)]
+    pub(crate) unsafe fn io_ref(&self) -> &RqIo {
+        // SAFETY: no writer while the token is borrowed is the caller's contract.
+        unsafe { &*self.io.get() }
+    }
+
+    /// Whether the request is allocated to queue `queue` at `generation`. The state is read
+    /// first: an allocation publishes its queue before its state (release), so a queue read
+    /// after a state of the same allocation is that allocation's.
+    #[inline(always)]
+    pub(crate) fn is_owned_by(&self, queue: u32, generation: u64) -> bool {
+        self.is_live_at(generation) && self.queue.load(Ordering::Relaxed) == queue
+    }
+
+    /// Whether the request is allocated (in any state but `Free`) to queue `queue`, reading
+    /// the state first (see [`is_owned_by`](Self::is_owned_by)).
+    #[inline]
+    pub(crate) fn is_allocated_to(&self, queue: u32) -> bool {
+        self.state() != RqState::Free && self.queue.load(Ordering::Relaxed) == queue
+    }
 }
 
 impl<T: fmt::Debug> fmt::Debug for Request<T> {
@@ -872,11 +898,20 @@ impl BioPool {
     }
 
     /// # Safety
-    /// `slot` was allocated from this pool and is linked into a chain the caller owns.
+    /// `slot` was allocated from this pool and is linked into a chain the caller owns
+    /// mutably (it holds the request's token borrowed mutably, or owns it).
     #[allow(clippy::mut_from_ref)]
     unsafe fn link(&self, slot: u32) -> &mut Link {
         // SAFETY: the caller owns the chain that holds `slot` (see the type's contract).
         unsafe { &mut *self.slots[slot as usize].cell.get() }
+    }
+
+    /// # Safety
+    /// `slot` is linked into a chain the caller holds at least shared (it holds the
+    /// request's token borrowed), so nobody writes it meanwhile.
+    unsafe fn link_ref(&self, slot: u32) -> &Link {
+        // SAFETY: no writer while the chain's token is borrowed (the type's contract).
+        unsafe { &*self.slots[slot as usize].cell.get() }
     }
 
     fn take(&self, bio: Bio) -> Result<u32, Bio> {
@@ -1006,8 +1041,8 @@ impl RqIo {
         }
         let mut slot = self.chain_head;
         while slot != NO_TAG {
-            // SAFETY: `slot` is on our chain.
-            let link = unsafe { pool.link(slot) };
+            // SAFETY: `slot` is on our chain, which `&self` holds shared.
+            let link = unsafe { pool.link_ref(slot) };
             f(&link.bio);
             slot = link.next;
         }
@@ -1015,22 +1050,47 @@ impl RqIo {
 
     /// Ends every bio with `status`, front to back, and returns their slots to the pool.
     /// Returns how many bios ended.
+    ///
+    /// Each bio leaves the chain (and its slot goes back) before its callback runs, so a
+    /// callback that panics leaves a consistent, shorter chain behind.
     pub(crate) fn end_bios(&mut self, pool: &BioPool, status: Status) -> u32 {
         let mut ended = 0;
-        if let Some(first) = self.first.take() {
-            first.complete(status);
+        while let Some(bio) = self.pop_front(pool) {
+            bio.complete(status);
             ended += 1;
-        }
-        let mut slot = self.chain_head;
-        while slot != NO_TAG {
-            // SAFETY: `slot` is on our chain; we unlink it before giving it back.
-            let link = *unsafe { pool.link(slot) };
-            pool.give_back(slot);
-            link.bio.complete(status);
-            ended += 1;
-            slot = link.next;
         }
         self.clear();
         ended
+    }
+
+    /// Takes the first bio off the request.
+    fn pop_front(&mut self, pool: &BioPool) -> Option<Bio> {
+        if let Some(first) = self.first.take() {
+            self.nr_bios -= 1;
+            self.sectors -= u64::from(first.sectors);
+            return Some(first);
+        }
+        let slot = self.chain_head;
+        if slot == NO_TAG {
+            return None;
+        }
+        // SAFETY: `slot` is on our chain; we unlink it before giving it back.
+        let link = *unsafe { pool.link(slot) };
+        self.chain_head = link.next;
+        if link.next == NO_TAG {
+            self.chain_tail = NO_TAG;
+        }
+        self.nr_bios -= 1;
+        self.sectors -= u64::from(link.bio.sectors);
+        pool.give_back(slot);
+        Some(link.bio)
+    }
+
+    /// Takes every bio off the request, without ending them, into `out`.
+    pub(crate) fn drain_bios(&mut self, pool: &BioPool, out: &mut impl Extend<Bio>) {
+        while let Some(bio) = self.pop_front(pool) {
+            out.extend(core::iter::once(bio));
+        }
+        self.clear();
     }
 }

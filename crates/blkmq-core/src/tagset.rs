@@ -83,8 +83,23 @@ bitflags::bitflags! {
 /// Hands out tag-set and scheduler-tag identities; `Rq` tokens carry them.
 static NEXT_POOL_ID: IdCounter = IdCounter::new(1);
 
-pub(crate) fn next_pool_id() -> u32 {
-    NEXT_POOL_ID.fetch_add(1, core::sync::atomic::Ordering::Relaxed)
+/// Hands out request-queue identities; requests record their queue's.
+pub(crate) static NEXT_QUEUE_ID: IdCounter = IdCounter::new(0);
+
+/// The next identity from `counter`, never one handed out before: `None` once all 2^32 are
+/// used (a token names its tags and queue by identity, so one must never be reused).
+pub(crate) fn next_id(counter: &IdCounter) -> Option<u32> {
+    counter
+        .fetch_update(
+            core::sync::atomic::Ordering::Relaxed,
+            core::sync::atomic::Ordering::Relaxed,
+            |id| id.checked_add(1),
+        )
+        .ok()
+}
+
+pub(crate) fn next_pool_id() -> Option<u32> {
+    next_id(&NEXT_POOL_ID)
 }
 
 /// Builds a [`TagSet`]; every parameter is checked by [`build`](Self::build).
@@ -323,8 +338,9 @@ impl TagSetBuilder {
             })
             .collect::<Result<Box<[_]>, _>>()?;
         let bios = BioPool::new(self.bio_slots.unwrap_or(4 * self.depth))?;
+        let id = next_pool_id().ok_or(ConfigError::IdentitiesExhausted)?;
         Ok(Arc::new(TagSet {
-            id: next_pool_id(),
+            id,
             nr_hw_queues: self.nr_hw_queues,
             depth: AtomicUsize::new(self.depth),
             reserved: self.reserved,
@@ -806,6 +822,7 @@ impl<T, P: Platform> TagSet<T, P> {
     /// assert!(set.attach().is_err());
     /// ```
     pub fn attach(self: &Arc<Self>) -> Result<crate::QueueTags<T, P>, TagError> {
+        let id = next_id(&NEXT_QUEUE_ID).ok_or(TagError::IdentitiesExhausted)?;
         let mut now = self.queues.load(Ordering::Relaxed);
         loop {
             if now >= self.max_queues {
@@ -823,6 +840,6 @@ impl<T, P: Platform> TagSet<T, P> {
                 Err(seen) => now = seen,
             }
         }
-        Ok(crate::QueueTags::new(Arc::clone(self)))
+        Ok(crate::QueueTags::new(Arc::clone(self), id))
     }
 }

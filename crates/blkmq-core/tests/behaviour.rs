@@ -767,3 +767,65 @@ fn a_bio_pool_of_no_slot_refuses_every_merge() {
     queue.complete(rq, Status::Ok).unwrap();
     assert_eq!(ended(), [(50, Status::Ok)]);
 }
+
+fn explode(_: Bio, _: Status) {
+    panic!("a completion callback that panics");
+}
+
+#[test]
+fn a_panicking_completion_leaves_the_request_consistent() {
+    let set = self::set(4, 1, TagSetFlags::empty());
+    let queue = set.attach().unwrap();
+    let mut rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    queue.set_bio(&mut rq, bio(0, 60)).unwrap();
+    queue
+        .append_bio(&mut rq, Bio::new(Op::Write, 8, 8).end_io(explode))
+        .unwrap()
+        .unwrap();
+    queue.append_bio(&mut rq, bio(16, 62)).unwrap().unwrap();
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        queue.set_bio(&mut rq, bio(24, 63)).unwrap();
+    }));
+    assert!(result.is_err());
+    assert_eq!(
+        ended(),
+        [(60, Status::IoErr)],
+        "the first bio ended before the panic"
+    );
+    // The exploded bio is gone; the third is still chained, with its slot.
+    assert_eq!(queue.io(&rq).unwrap().nr_bios(), 1);
+    assert_eq!(set.bio_slots_in_use(), 1);
+    // Another request may take the freed slot; nothing is shared.
+    let mut other = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    queue.set_bio(&mut other, bio(100, 70)).unwrap();
+    queue.append_bio(&mut other, bio(108, 71)).unwrap().unwrap();
+    queue.free(rq).unwrap();
+    assert_eq!(ended(), [(62, Status::IoErr)]);
+    queue.complete(other, Status::Ok).unwrap();
+    assert_eq!(ended(), [(70, Status::Ok), (71, Status::Ok)]);
+    assert_eq!(set.bio_slots_in_use(), 0);
+    assert_eq!(set.busy(), 0);
+}
+
+#[test]
+fn a_panicking_completion_while_a_queue_drops_leaves_the_set_whole() {
+    let set = self::set(4, 1, TagSetFlags::empty());
+    let mut queue = set.attach().unwrap();
+    queue.attach_scheduler(Some(4), |_| 0).unwrap();
+    let mut rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    queue
+        .set_bio(&mut rq, Bio::new(Op::Read, 0, 8).end_io(explode))
+        .unwrap();
+    assert!(queue.get_driver_tag(&mut rq).unwrap());
+    std::mem::forget(rq);
+    let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(queue)));
+    assert!(dropped.is_err());
+    // Every tag came back and nothing points into the freed scheduler tags.
+    assert_eq!((set.busy(), set.nr_queues()), (0, 0));
+    let mut seen = 0;
+    set.for_each_busy(|_| {
+        seen += 1;
+        true
+    });
+    assert_eq!(seen, 0);
+}

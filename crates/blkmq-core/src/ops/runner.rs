@@ -1003,7 +1003,13 @@ impl Runner {
         let busy = world
             .sched(q)
             .is_some_and(|s| s.held.iter().any(|m| !m.is_empty()));
-        let expected = if invalid || busy { Err(bad) } else { Ok(()) };
+        let expected = if invalid {
+            Err(bad)
+        } else if busy {
+            Err(ConfigError::SchedulerBusy)
+        } else {
+            Ok(())
+        };
         let mut inits = Vec::new();
         let result = queue.attach_scheduler(nr, |init| {
             inits.push(init);
@@ -1013,10 +1019,10 @@ impl Runner {
             result == expected,
             "attach_scheduler({nr:?}): {result:?}, expected {expected:?}"
         );
-        if invalid {
+        if result.is_err() {
             ensure!(
                 inits.is_empty(),
-                "a refused nr_requests still built requests"
+                "a refused attach_scheduler still built requests"
             );
         }
         if result.is_err() {
