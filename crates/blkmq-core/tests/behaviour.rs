@@ -817,7 +817,7 @@ fn a_panicking_completion_while_a_queue_drops_leaves_the_set_whole() {
         .set_bio(&mut rq, Bio::new(Op::Read, 0, 8).end_io(explode))
         .unwrap();
     assert!(queue.get_driver_tag(&mut rq).unwrap());
-    std::mem::forget(rq);
+    let _leaked_token = rq;
     let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(queue)));
     assert!(dropped.is_err());
     // Every tag came back and nothing points into the freed scheduler tags.
