@@ -170,6 +170,12 @@ pub enum TagError {
         /// The tag set's limit.
         max: usize,
     },
+    /// The request is not in the state the call needs (starting a request in flight,
+    /// requeueing one a racing completion already ended).
+    WrongState {
+        /// The state it was in.
+        state: crate::RqState,
+    },
     /// Every request-queue identity has been handed out (2^32); one is never reused.
     IdentitiesExhausted,
     /// The bitmap refused the operation (for example a shallow limit below its declared
@@ -195,6 +201,7 @@ impl fmt::Display for TagError {
             TagError::TooManyQueues { max } => {
                 write!(f, "the tag set allows at most {max} request queues")
             }
+            TagError::WrongState { state } => write!(f, "the request is {state:?}"),
             TagError::IdentitiesExhausted => f.write_str("request-queue identities exhausted"),
             TagError::Bitmap(e) => write!(f, "bitmap: {e}"),
         }

@@ -110,6 +110,11 @@ struct Activity {
     active: AtomicBool,
     /// Driver tags held that count towards the fair share.
     in_flight: AtomicUsize,
+    /// This queue's waiters for normal driver tags while fair sharing is on. Its counted
+    /// frees wake every waiter of the map when there are any: the bitmap's batched wake-ups
+    /// go to whoever waits first, and a waiter of another queue over its own share would
+    /// swallow one meant for ours.
+    share_waiters: AtomicUsize,
 }
 
 /// Scheduler tags: the requests of a queue with an elevator, separate from driver tags.
@@ -170,6 +175,7 @@ impl<T, P: Platform> QueueTags<T, P> {
                 CachePadded::new(Activity {
                     active: AtomicBool::new(false),
                     in_flight: AtomicUsize::new(0),
+                    share_waiters: AtomicUsize::new(0),
                 })
             })
             .collect();
@@ -375,12 +381,18 @@ impl<T, P: Platform> QueueTags<T, P> {
         cpu: usize,
         counted: bool,
     ) -> Result<(), TagError> {
-        if counted {
-            // SeqCst, before the tag is freed: a waiter over its share that misses this
-            // decrement is then seen by the free's wake-up (the bitmap's Dekker pair).
-            self.activity[m].in_flight.fetch_sub(1, Ordering::SeqCst);
+        if !counted {
+            return self.set.maps[m].put(tag, cpu);
         }
-        self.set.maps[m].put(tag, cpu)
+        // SeqCst, before the tag is freed: a waiter over its share that misses this
+        // decrement registered first (`share_waiters`, then the bitmap's `ws_active`), and
+        // the free's loads below see it (the bitmap's Dekker pair, fenced inside `put`).
+        self.activity[m].in_flight.fetch_sub(1, Ordering::SeqCst);
+        let freed = self.set.maps[m].put(tag, cpu);
+        if self.activity[m].share_waiters.load(Ordering::SeqCst) != 0 {
+            self.set.maps[m].normal.wake_all();
+        }
+        freed
     }
 
     // ----- allocation -----
@@ -517,6 +529,7 @@ impl<T, P: Platform> QueueTags<T, P> {
             queue: self,
             alloc,
             waiter: None,
+            share_map: None,
         }
     }
 
@@ -574,9 +587,12 @@ impl<T, P: Platform> QueueTags<T, P> {
         out: &mut impl Extend<Rq>,
     ) -> Result<usize, TagError> {
         let m = self.check_hctx(alloc.hctx)?;
+        // One at a time where a batch cannot honour the rules: reserved tags, a shallow
+        // limit, a fair share, or strict round-robin order (which batches do not keep).
         let single = alloc.reserved
             || alloc.shallow_depth.is_some()
-            || (self.sched.is_none() && self.set.is_shared());
+            || (self.sched.is_none()
+                && (self.set.is_shared() || self.set.flags().contains(TagSetFlags::ROUND_ROBIN)));
         if single {
             let mut got = 0;
             while got < nr {
@@ -595,21 +611,24 @@ impl<T, P: Platform> QueueTags<T, P> {
         let Some(batch) = map.get_batch(alloc.cpu, nr) else {
             return Ok(0);
         };
-        let mut got = 0;
+        // Claim every request before handing any out: should `out` panic, the rest are
+        // ours already, and dropping the queue frees them.
         for bit in batch.iter() {
-            let tag = bit + map.nr_reserved;
-            let request = &map.requests[tag];
+            let request = &map.requests[bit + map.nr_reserved];
             // SAFETY: the batch gave us this tag alone.
             let io = unsafe { request.io_mut() };
             io.reset(alloc.cpu as u32, false);
             if self.sched.is_some() {
                 io.sched_data = [0; 2];
             }
-            let generation = request.claim(alloc.hctx as u32, self.id);
-            out.extend(core::iter::once(Rq::new(pool, m, tag, request, generation)));
-            got += 1;
+            request.claim(alloc.hctx as u32, self.id);
         }
-        Ok(got)
+        out.extend(batch.iter().map(|bit| {
+            let tag = bit + map.nr_reserved;
+            let request = &map.requests[tag];
+            Rq::new(pool, m, tag, request, request.allocation())
+        }));
+        Ok(batch.len())
     }
 
     // ----- token resolution -----
@@ -853,10 +872,12 @@ impl<T, P: Platform> QueueTags<T, P> {
 
     // ----- life cycle -----
 
-    /// Starts the request: in flight from `now_ns`, timing out after the set's timeout.
+    /// Starts the request: in flight from `now_ns`, timing out after the set's timeout. Each
+    /// start is a new dispatch, with a new [generation](Request::generation).
     ///
     /// # Errors
-    /// [`TagError::ForeignRequest`] when `rq` is not this queue's.
+    /// [`TagError::ForeignRequest`] when `rq` is not this queue's;
+    /// [`TagError::WrongState`] when it is not idle (already started, or completed).
     ///
     /// ```
     /// use blkmq_core::{Alloc, RqState, StdPlatform, TagSet};
@@ -875,14 +896,17 @@ impl<T, P: Platform> QueueTags<T, P> {
         // SAFETY: we hold the unique token mutably.
         unsafe { request.io_mut() }.start_ns = now_ns;
         request.set_deadline(now_ns.saturating_add(self.set.timeout_ns()));
-        request.set_state(RqState::InFlight);
-        Ok(())
+        request
+            .transition(RqState::Idle, RqState::InFlight)
+            .map_err(|state| TagError::WrongState { state })
     }
 
     /// Puts a started request back to idle, to be dispatched again (a requeue).
     ///
     /// # Errors
-    /// [`TagError::ForeignRequest`] when `rq` is not this queue's.
+    /// [`TagError::ForeignRequest`] when `rq` is not this queue's;
+    /// [`TagError::WrongState`] when it is not in flight (a racing
+    /// [`Request::try_complete`] may have ended it: complete it instead).
     ///
     /// ```
     /// use blkmq_core::{Alloc, RqState, StdPlatform, TagSet};
@@ -890,17 +914,20 @@ impl<T, P: Platform> QueueTags<T, P> {
     /// let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
     /// let queue = set.attach().unwrap();
     /// let mut rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
-    /// let generation = queue.request(&rq).unwrap().generation();
     /// queue.start(&mut rq, 0).unwrap();
+    /// let dispatched = queue.request(&rq).unwrap().generation();
     /// queue.requeue(&mut rq).unwrap();
     /// let request = queue.request(&rq).unwrap();
-    /// assert_eq!(request.snapshot(), (generation, RqState::Idle)); // same I/O, not started
+    /// assert_eq!(request.snapshot(), (dispatched, RqState::Idle)); // back, not started
+    /// queue.start(&mut rq, 0).unwrap();
+    /// assert_ne!(request.generation(), dispatched); // a new dispatch
     /// queue.free(rq).unwrap();
     /// ```
     pub fn requeue(&self, rq: &mut Rq) -> Result<(), TagError> {
         let request = self.owner(rq)?.1;
-        request.set_state(RqState::Idle);
-        Ok(())
+        request
+            .transition(RqState::InFlight, RqState::Idle)
+            .map_err(|state| TagError::WrongState { state })
     }
 
     /// Ends every bio with `status` and frees the request and its tags.
@@ -924,7 +951,11 @@ impl<T, P: Platform> QueueTags<T, P> {
     /// ```
     pub fn complete(&self, rq: Rq, status: Status) -> Result<(), TagError> {
         let request = self.owner(&rq)?.1;
-        request.set_state(RqState::Complete);
+        // From idle (ended before it was started) or in flight; already complete when a
+        // racing `try_complete` won, which leaves the ending to us all the same.
+        let _ = request
+            .transition(RqState::InFlight, RqState::Complete)
+            .or_else(|_| request.transition(RqState::Idle, RqState::Complete));
         // SAFETY: we own the token.
         unsafe { request.io_mut() }.end_bios(&self.set.bios, status);
         self.free(rq)
@@ -1510,6 +1541,24 @@ pub struct AllocFuture<'q, T, P: Platform> {
     queue: &'q QueueTags<T, P>,
     alloc: Alloc,
     waiter: Option<Waiter<'q, P::RawMutex>>,
+    /// The map on whose `share_waiters` this future counts, while it does.
+    share_map: Option<usize>,
+}
+
+impl<T, P: Platform> AllocFuture<'_, T, P> {
+    fn stop_sharing(&mut self) {
+        if let Some(m) = self.share_map.take() {
+            self.queue.activity[m]
+                .share_waiters
+                .fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+impl<T, P: Platform> Drop for AllocFuture<'_, T, P> {
+    fn drop(&mut self) {
+        self.stop_sharing();
+    }
 }
 
 impl<T, P: Platform> Future for AllocFuture<'_, T, P> {
@@ -1526,6 +1575,13 @@ impl<T, P: Platform> Future for AllocFuture<'_, T, P> {
             }
             let wait_queue = queue.wait_queue(&alloc)?;
             let m = queue.set.map_index(alloc.hctx);
+            if queue.sched.is_none() && !alloc.reserved && queue.set.is_shared() {
+                // Before the waiter's attempts: see `Activity::share_waiters`.
+                queue.activity[m]
+                    .share_waiters
+                    .fetch_add(1, Ordering::SeqCst);
+                this.share_map = Some(m);
+            }
             let hint = match &queue.sched {
                 None => queue.set.maps[m].waiter_hint(alloc.cpu),
                 Some(sched) => sched.maps[m].waiter_hint(alloc.cpu),
@@ -1533,11 +1589,15 @@ impl<T, P: Platform> Future for AllocFuture<'_, T, P> {
             this.waiter = Some(wait_queue.waiter(hint));
         }
         let waiter = this.waiter.as_mut().expect("set above");
-        waiter.poll_get_with(cx, || match queue.try_alloc(&alloc) {
+        let polled = waiter.poll_get_with(cx, || match queue.try_alloc(&alloc) {
             Ok(Some(rq)) => Some(Ok(rq)),
             Ok(None) => None,
             Err(e) => Some(Err(e)),
-        })
+        });
+        if polled.is_ready() {
+            this.stop_sharing();
+        }
+        polled
     }
 }
 

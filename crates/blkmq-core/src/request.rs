@@ -19,11 +19,13 @@
 //! A tag -> request lookup ([`crate::QueueTags::tag_to_rq`], busy iteration) returns a
 //! `&Request` whose memory is valid for as long as the tags live, which the borrow enforces.
 //! What may be stale is *which* I/O the request carries: it may complete and be reused while a
-//! timeout handler looks at it. The [generation](Request::generation) settles that: it changes
-//! on every allocation, and [`Request::try_complete`] moves a request from in flight to
-//! complete only if the generation is still the one the caller saw. Of a timeout handler and
-//! an interrupt racing to end the same I/O, exactly one wins; the other learns it lost and
-//! leaves the request alone.
+//! timeout handler looks at it, or be requeued and dispatched again. The
+//! [generation](Request::generation) settles that: it changes on every allocation and every
+//! start, and [`Request::try_complete`] moves a request from in flight to complete only if
+//! the generation is still the one the caller saw. Of a timeout handler and an interrupt
+//! racing to end the same dispatch, exactly one wins; the other learns it lost and leaves the
+//! request alone. The owner's own moves (start, requeue) are compare-exchanges too, so one
+//! that loses to a `try_complete` fails instead of undoing it.
 
 use core::cell::UnsafeCell;
 use core::fmt;
@@ -84,6 +86,12 @@ pub enum RqState {
 
 const STATE_BITS: u32 = 2;
 const STATE_MASK: u64 = (1 << STATE_BITS) - 1;
+/// Bits of the state word below the allocation count: the state and the starts.
+const ALLOC_SHIFT: u32 = 24;
+/// One start, in the state word.
+const START_ONE: u64 = 1 << STATE_BITS;
+/// The starts of the current allocation, in the state word.
+const START_MASK: u64 = ((1 << ALLOC_SHIFT) - 1) & !STATE_MASK;
 
 fn decode_state(word: u64) -> RqState {
     match word & STATE_MASK {
@@ -97,13 +105,16 @@ fn decode_state(word: u64) -> RqState {
 /// A request as everyone may see it: its state, tags and deadline, and the driver's payload.
 ///
 /// # Invariants
-/// * `state` packs a generation (upper 62 bits, never wrapping in practice) and an
-///   [`RqState`] (lower 2 bits). The generation changes only on allocation
-///   (`Free -> Idle`); every other transition keeps it. An [`Rq`] records the generation it
-///   was allocated at, so a stale token never matches a later allocation.
+/// * `state` packs an allocation count (upper 40 bits), a count of starts within the
+///   allocation (22 bits) and an [`RqState`] (lower 2 bits). The allocation count changes
+///   only on allocation (`Free -> Idle`), the starts only on `Idle -> InFlight`; the
+///   [generation](Self::generation) is both together. An [`Rq`] records the allocation
+///   count, so a stale token never matches a later allocation.
 /// * Only the holder of the request's [`Rq`] moves it out of `Free`, `Idle` or `Complete`;
 ///   `InFlight -> Complete` is a compare-exchange that anyone holding the generation may
-///   attempt ([`try_complete`](Self::try_complete)), and exactly one attempt succeeds.
+///   attempt ([`try_complete`](Self::try_complete)), and exactly one attempt succeeds. The
+///   holder's moves out of `InFlight` are compare-exchanges as well, and fail when such an
+///   attempt won.
 /// * `io` is touched only by the holder of the `Rq` (see the module documentation).
 ///
 /// ```
@@ -189,7 +200,8 @@ impl<T> Request<T> {
         decode_state(self.state.load(Ordering::Acquire))
     }
 
-    /// The generation: changes each time the request is allocated.
+    /// The generation: changes each time the request is allocated and each time it is
+    /// started (a requeued request started again is a new dispatch).
     ///
     /// ```
     /// use blkmq_core::{Alloc, StdPlatform, TagSet};
@@ -207,6 +219,30 @@ impl<T> Request<T> {
     /// ```
     pub fn generation(&self) -> u64 {
         self.state.load(Ordering::Acquire) >> STATE_BITS
+    }
+
+    /// Moves the state from `from` to `to` (the owner's transitions), counting a start when
+    /// `to` is in flight. Fails, changing nothing, when the state is not `from`: a racing
+    /// [`try_complete`](Self::try_complete) may have won.
+    pub(crate) fn transition(&self, from: RqState, to: RqState) -> Result<(), RqState> {
+        let mut word = self.state.load(Ordering::Acquire);
+        loop {
+            if decode_state(word) != from {
+                return Err(decode_state(word));
+            }
+            let mut next = (word & !STATE_MASK) | to as u64;
+            if to == RqState::InFlight {
+                let starts = (next & START_MASK).wrapping_add(START_ONE) & START_MASK;
+                next = (next & !START_MASK) | starts;
+            }
+            match self
+                .state
+                .compare_exchange_weak(word, next, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return Ok(()),
+                Err(now) => word = now,
+            }
+        }
     }
 
     /// The generation and state read together.
@@ -364,20 +400,28 @@ impl<T> Request<T> {
         if self.queue.load(Ordering::Relaxed) != queue {
             self.queue.store(queue, Ordering::Relaxed);
         }
-        let generation = (self.state.load(Ordering::Relaxed) >> STATE_BITS).wrapping_add(1);
+        // A new allocation count, no start yet.
+        let allocation = (self.state.load(Ordering::Relaxed) >> ALLOC_SHIFT).wrapping_add(1);
         // Release: a reader that sees the new generation sees `hctx` and `queue`.
         self.state.store(
-            (generation << STATE_BITS) | RqState::Idle as u64,
+            (allocation << ALLOC_SHIFT) | RqState::Idle as u64,
             Ordering::Release,
         );
-        generation
+        allocation
     }
 
-    /// Whether the request is allocated, at `generation`.
+    /// Whether the request is allocated, at allocation count `allocation` (what its token
+    /// recorded).
     #[inline(always)]
-    pub(crate) fn is_live_at(&self, generation: u64) -> bool {
+    pub(crate) fn is_live_at(&self, allocation: u64) -> bool {
         let word = self.state.load(Ordering::Acquire);
-        word >> STATE_BITS == generation && word & STATE_MASK != RqState::Free as u64
+        word >> ALLOC_SHIFT == allocation && word & STATE_MASK != RqState::Free as u64
+    }
+
+    /// The current allocation count (what a token made now records).
+    #[inline(always)]
+    pub(crate) fn allocation(&self) -> u64 {
+        self.state.load(Ordering::Relaxed) >> ALLOC_SHIFT
     }
 
     /// Any state -> `Free`, keeping the generation.
@@ -385,12 +429,6 @@ impl<T> Request<T> {
     pub(crate) fn release(&self) {
         let word = self.state.load(Ordering::Relaxed);
         self.state.store(word & !STATE_MASK, Ordering::Release);
-    }
-
-    pub(crate) fn set_state(&self, state: RqState) {
-        let word = self.state.load(Ordering::Relaxed);
-        self.state
-            .store((word & !STATE_MASK) | state as u64, Ordering::Release);
     }
 
     pub(crate) fn set_deadline(&self, deadline_ns: u64) {
@@ -494,7 +532,7 @@ pub const fn unique_tag_tag(unique: u32) -> u32 {
 /// The token of an allocated request: whoever holds it owns the request's I/O side.
 ///
 /// Returned by allocation, consumed by freeing; it cannot be cloned, so a request is never
-/// freed twice through it. It is 8 bytes and holds no reference, so it moves freely through
+/// freed twice through it. It is three words and holds no reference, so it moves freely through
 /// lists and across threads. Dropping one without freeing it leaks its tag, which is why it
 /// is `#[must_use]`.
 ///
@@ -516,8 +554,8 @@ pub struct Rq {
     /// The request's address. Freeing checks it against the pool, and then loads the
     /// request through it without waiting for the pool's own pointers to load.
     addr: usize,
-    /// The request's generation when it was allocated: a token kept past its request's
-    /// life (say, of a dropped queue) never matches the request's next allocation.
+    /// The request's allocation count when it was allocated: a token kept past its
+    /// request's life (say, of a dropped queue) never matches the request's next allocation.
     generation: u64,
 }
 

@@ -709,6 +709,8 @@ impl<T, P: Platform> TagSet<T, P> {
     pub fn update_depth(&self, depth: usize) -> Result<(), ConfigError> {
         for map in self.maps.iter() {
             map.resize(depth)?;
+            // A resize sizes the wake batch for one user; the active queues share the map.
+            map.users_changed(map.active_queues.load(Ordering::SeqCst));
         }
         self.depth.store(depth, Ordering::Relaxed);
         Ok(())

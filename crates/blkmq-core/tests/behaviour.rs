@@ -829,3 +829,120 @@ fn a_panicking_completion_while_a_queue_drops_leaves_the_set_whole() {
     });
     assert_eq!(seen, 0);
 }
+
+#[test]
+fn a_queue_s_waiter_is_woken_though_another_queue_s_waiters_swallow_the_batch() {
+    // Two queues at their shares of 64; many of B's waiters and one of A's. A frees its
+    // whole share: the batched wake-ups go to B's waiters first (they are older), which
+    // fail on B's share; A's waiter must be woken all the same.
+    let set = self::set(64, 1, TagSetFlags::empty());
+    let a = set.attach().unwrap();
+    let b = set.attach().unwrap();
+    let first_a = a.alloc(&Alloc::new(0, 0)).unwrap(); // A counts as active from here
+    let held_b = alloc_all(&b, Alloc::new(0, 0));
+    let mut held_a = alloc_all(&a, Alloc::new(0, 0));
+    held_a.push(first_a);
+    assert_eq!((held_a.len(), held_b.len()), (32, 32));
+
+    let b_count = Arc::new(CountingWaker(AtomicUsize::new(0)));
+    let b_waker = Waker::from(Arc::clone(&b_count));
+    let mut b_cx = Context::from_waker(&b_waker);
+    let mut b_waiting: Vec<_> = (0..40)
+        .map(|_| Box::pin(b.alloc_async(Alloc::new(0, 0))))
+        .collect();
+    for w in &mut b_waiting {
+        assert!(w.as_mut().poll(&mut b_cx).is_pending());
+    }
+    let a_count = Arc::new(CountingWaker(AtomicUsize::new(0)));
+    let a_waker = Waker::from(Arc::clone(&a_count));
+    let mut a_cx = Context::from_waker(&a_waker);
+    let mut a_waiting = Box::pin(a.alloc_async(Alloc::new(0, 0)));
+    assert!(a_waiting.as_mut().poll(&mut a_cx).is_pending());
+
+    free_all(&a, held_a);
+    assert!(
+        a_count.0.load(Ordering::SeqCst) >= 1,
+        "A's waiter was woken"
+    );
+    let Poll::Ready(Ok(rq)) = a_waiting.as_mut().poll(&mut a_cx) else {
+        panic!("A is under its share and tags are free");
+    };
+    a.free(rq).unwrap();
+    drop(b_waiting);
+    free_all(&b, held_b);
+    assert_eq!(set.busy(), 0);
+}
+
+#[test]
+fn update_depth_keeps_the_wake_batch_of_a_shared_map() {
+    let set = self::set(64, 1, TagSetFlags::empty());
+    let queues: Vec<_> = (0..16).map(|_| set.attach().unwrap()).collect();
+    let held: Vec<Rq> = queues
+        .iter()
+        .map(|q| q.alloc(&Alloc::new(0, 0)).unwrap())
+        .collect();
+    assert_eq!(set.active_queues(0), 16);
+    let batch = set.wake_batch(0);
+    assert_eq!(batch, 1, "a share of 4 wakes on every free");
+    set.update_depth(64).unwrap();
+    assert_eq!(set.wake_batch(0), batch);
+    for (q, rq) in queues.iter().zip(held) {
+        q.free(rq).unwrap();
+    }
+}
+
+#[test]
+fn a_round_robin_set_hands_out_batches_one_at_a_time() {
+    let set = TagSet::builder(16)
+        .flags(TagSetFlags::ROUND_ROBIN)
+        .build(StdPlatform::with_cpus(1), |init| init.tag)
+        .unwrap();
+    let queue = set.attach().unwrap();
+    let mut cache = Vec::new();
+    assert_eq!(
+        queue.alloc_batch(&Alloc::new(0, 0), 4, &mut cache).unwrap(),
+        4
+    );
+    let tags: Vec<u32> = cache.iter().map(Rq::tag).collect();
+    assert!(
+        tags.windows(2).all(|w| w[1] == w[0] + 1),
+        "in order: {tags:?}"
+    );
+    free_all(&queue, cache);
+}
+
+#[test]
+fn the_owner_s_moves_lose_to_a_racing_completion() {
+    let set = self::set(2, 1, TagSetFlags::empty());
+    let queue = set.attach().unwrap();
+    let mut rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    assert_eq!(
+        queue.requeue(&mut rq),
+        Err(TagError::WrongState {
+            state: RqState::Idle
+        })
+    );
+    queue.start(&mut rq, 0).unwrap();
+    assert_eq!(
+        queue.start(&mut rq, 0),
+        Err(TagError::WrongState {
+            state: RqState::InFlight
+        })
+    );
+    let request = queue.tag_to_rq(0, rq.tag()).unwrap();
+    let first_dispatch = request.generation();
+    // Requeued and started again: a handler still holding the first dispatch loses.
+    queue.requeue(&mut rq).unwrap();
+    queue.start(&mut rq, 10).unwrap();
+    assert!(!request.try_complete(first_dispatch));
+    // A timeout handler wins the second dispatch; the owner's requeue then fails.
+    assert!(request.try_complete(request.generation()));
+    assert_eq!(
+        queue.requeue(&mut rq),
+        Err(TagError::WrongState {
+            state: RqState::Complete
+        })
+    );
+    queue.complete(rq, Status::Timeout).unwrap();
+    assert_eq!(set.busy(), 0);
+}

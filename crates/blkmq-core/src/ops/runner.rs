@@ -536,7 +536,9 @@ impl Runner {
             );
             return Ok(());
         }
-        let single = want != Want::Normal(None) || (world.sched(q).is_none() && world.is_shared());
+        // Round-robin driver tags go one at a time too: batches do not keep the order.
+        let single = want != Want::Normal(None)
+            || (world.sched(q).is_none() && (world.is_shared() || world.setup.round_robin));
         if single {
             // One allocation after another, stopping at the first that finds nothing.
             let got = out.len();
@@ -576,16 +578,15 @@ impl Runner {
             },
             shallow: None,
         };
-        let round_robin = matches!(pool, Pool::Driver { .. }) && world.setup.round_robin;
         let got = out.len();
         ensure!(
             result == Ok(got),
             "alloc_batch({nr}) returned {result:?} with {got} requests"
         );
-        if nr == 0 || round_robin || !world.has_free(region) {
+        if nr == 0 || !world.has_free(region) {
             ensure!(
                 got == 0,
-                "alloc_batch({nr}) got {got} (round robin {round_robin}, free {})",
+                "alloc_batch({nr}) got {got} (free {})",
                 world.has_free(region)
             );
             return Ok(());
@@ -802,8 +803,23 @@ impl Runner {
         let r = &mut world.reqs[i];
         let queue = self.queues[r.queue].as_ref().expect("a request's queue");
         let result = queue.start(r.token(), now);
+        if r.state != RqState::Idle {
+            // Only an idle request starts; the deadline is set all the same.
+            let expected = Err(TagError::WrongState { state: r.state });
+            ensure!(
+                result == expected,
+                "start: {result:?}, expected {expected:?}"
+            );
+            r.deadline = Some(now + DEFAULT_TIMEOUT_NS);
+            world
+                .deadlines
+                .insert((r.pool, r.tag), now + DEFAULT_TIMEOUT_NS);
+            return Ok(());
+        }
         ensure!(result.is_ok(), "start: {result:?}");
         r.state = RqState::InFlight;
+        // A start is a new dispatch: the generation moves on.
+        r.generation += 1;
         r.deadline = Some(now + DEFAULT_TIMEOUT_NS);
         let key = (r.pool, r.tag);
         world.deadlines.insert(key, now + DEFAULT_TIMEOUT_NS);
@@ -814,6 +830,14 @@ impl Runner {
         let r = &mut self.world.reqs[i];
         let queue = self.queues[r.queue].as_ref().expect("a request's queue");
         let result = queue.requeue(r.token());
+        if r.state != RqState::InFlight {
+            let expected = Err(TagError::WrongState { state: r.state });
+            ensure!(
+                result == expected,
+                "requeue: {result:?}, expected {expected:?}"
+            );
+            return Ok(());
+        }
         ensure!(result.is_ok(), "requeue: {result:?}");
         r.state = RqState::Idle;
         Ok(())
