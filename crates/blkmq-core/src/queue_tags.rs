@@ -1177,7 +1177,8 @@ impl<T, P: Platform> QueueTags<T, P> {
     }
 
     /// Calls `f` for each of this queue's requests holding a driver tag, on `hctx` only or
-    /// on all; stops when `f` returns false (Linux's `blk_mq_queue_tag_busy_iter`).
+    /// on all; stops when `f` returns false (Linux's `blk_mq_queue_tag_busy_iter`). As for
+    /// [`TagSet::for_each_busy`], `f` runs under the set's iteration lock.
     ///
     /// ```
     /// use blkmq_core::{Alloc, StdPlatform, TagSet};

@@ -720,6 +720,9 @@ impl<T, P: Platform> TagSet<T, P> {
     /// stops when `f` returns false. A request seen here may complete while `f` runs: compare
     /// its [generation](Request::generation) before acting on it (see the `request` module).
     ///
+    /// The set's iteration lock is held while `f` runs: `f` must not iterate the set again,
+    /// drop one of its queues or detach scheduler tags, which take the same lock.
+    ///
     /// ```
     /// use blkmq_core::{Alloc, StdPlatform, TagSet};
     ///

@@ -649,6 +649,13 @@ impl<R: lock_api::RawMutex> Waiter<'_, R> {
     /// [`SbitmapQueue::wake_all`]), with a sequentially consistent write before that free:
     /// that is what guarantees the second try, or a wake-up, sees it.
     ///
+    /// Wake-ups are batched and go to the oldest waiters, whatever gates them: a waiter
+    /// whose gate is still shut when woken takes a wake-up another waiter could have used.
+    /// Callers whose gates differ between waiters must wake more (say, [`wake_all`] when a
+    /// gate opens), as the tag sets above this crate do for fair shares.
+    ///
+    /// [`wake_all`]: SbitmapQueue::wake_all
+    ///
     /// ```
     /// use blkmq_sbitmap::{AllocHint, SbitmapQueue};
     /// use std::task::{Context, Poll, Waker};
