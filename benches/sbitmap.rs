@@ -45,7 +45,9 @@ use crossbeam_queue::ArrayQueue;
 use crossbeam_utils::CachePadded;
 
 mod common;
-use common::{PAIRED_ROUNDS, criterion_median, paired_ratio, rendezvous, wait_for};
+use common::{
+    PAIRED_ROUNDS, config, criterion_median, paired_ratio, paired_wanted, rendezvous, wait_for,
+};
 
 /// The depths every group is run at: a small tag set (words of 8 bits), a typical one
 /// (words of 64 bits) and a large one.
@@ -306,13 +308,6 @@ fn batch8(c: &mut Criterion) {
     }
 }
 
-fn config() -> Criterion {
-    Criterion::default()
-        .measurement_time(Duration::from_secs(2))
-        .warm_up_time(Duration::from_millis(500))
-        .sample_size(30)
-}
-
 fn main() {
     let started = SystemTime::now();
     // What `criterion_group!` and `criterion_main!` expand to, less the undocumented `pub fn`.
@@ -322,7 +317,7 @@ fn main() {
     batch8(&mut c);
     c.final_summary();
     summary(started);
-    if std::env::args().skip(1).all(|a| a.starts_with('-')) {
+    if paired_wanted() {
         paired_summary();
     }
 }
@@ -362,7 +357,7 @@ fn batch_rounds(map: &Sbitmap, iters: u64, batched: bool) -> Duration {
 }
 
 /// The tracked ratios again, each measured as a paired comparison (see [`paired_ratio`]).
-/// Runs after a full, unfiltered bench run.
+/// Runs after a full, unfiltered bench run, or alone with the filter `paired`.
 fn paired_summary() {
     println!();
     println!(

@@ -58,7 +58,9 @@ use criterion::{BenchmarkGroup, Criterion, Throughput};
 use crossbeam_utils::CachePadded;
 
 mod common;
-use common::{PAIRED_ROUNDS, criterion_median, paired_ratio, rendezvous, wait_for};
+use common::{
+    PAIRED_ROUNDS, config, criterion_median, paired_ratio, paired_wanted, rendezvous, wait_for,
+};
 
 /// The depths every group runs at: words of 16 bits and of 64 bits, four words each.
 const DEPTHS: [usize; 2] = [64, 256];
@@ -311,13 +313,6 @@ fn tags_2t(c: &mut Criterion) {
     }
 }
 
-fn config() -> Criterion {
-    Criterion::default()
-        .measurement_time(Duration::from_secs(2))
-        .warm_up_time(Duration::from_millis(500))
-        .sample_size(30)
-}
-
 fn main() {
     let started = SystemTime::now();
     let paired = paired_wanted();
@@ -330,51 +325,6 @@ fn main() {
     if paired {
         paired_summary();
     }
-}
-
-/// Whether to run the paired comparisons: in a benchmark run (not `--test`, `--list` or
-/// `--profile-time`) with no filter, or with the filter `paired`, which names no criterion
-/// benchmark and so runs the paired comparisons alone.
-fn paired_wanted() -> bool {
-    /// Criterion's options that take a value as the next argument.
-    const WITH_VALUE: [&str; 20] = [
-        "-c",
-        "--color",
-        "--colour",
-        "-s",
-        "--save-baseline",
-        "-b",
-        "--baseline",
-        "--baseline-lenient",
-        "--load-baseline",
-        "--format",
-        "--profile-time",
-        "--sample-size",
-        "--warm-up-time",
-        "--measurement-time",
-        "--nresamples",
-        "--noise-threshold",
-        "--confidence-level",
-        "--significance-level",
-        "--plotting-backend",
-        "--output-format",
-    ];
-    let mut bench = false;
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--bench" => bench = true,
-            "--test" | "--list" | "--profile-time" => return false,
-            a if a.starts_with("--profile-time=") => return false,
-            a if WITH_VALUE.contains(&a) => {
-                args.next();
-            }
-            "paired" => {}
-            a if !a.starts_with('-') => return false,
-            _ => {}
-        }
-    }
-    bench
 }
 
 /// Allocation and free pairs per thread in one round of a paired comparison.

@@ -6,6 +6,61 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, SystemTime};
 
+use criterion::Criterion;
+
+/// The settings every bench runs with (before the command line's).
+pub(crate) fn config() -> Criterion {
+    Criterion::default()
+        .measurement_time(Duration::from_secs(2))
+        .warm_up_time(Duration::from_millis(500))
+        .sample_size(30)
+}
+
+/// Whether to run the paired comparisons: in a benchmark run (not `--test`, `--list` or
+/// `--profile-time`) with no filter, or with the filter `paired`, which names no criterion
+/// benchmark and so runs the paired comparisons alone.
+pub(crate) fn paired_wanted() -> bool {
+    /// Criterion's options that take a value as the next argument.
+    const WITH_VALUE: [&str; 20] = [
+        "-c",
+        "--color",
+        "--colour",
+        "-s",
+        "--save-baseline",
+        "-b",
+        "--baseline",
+        "--baseline-lenient",
+        "--load-baseline",
+        "--format",
+        "--profile-time",
+        "--sample-size",
+        "--warm-up-time",
+        "--measurement-time",
+        "--nresamples",
+        "--noise-threshold",
+        "--confidence-level",
+        "--significance-level",
+        "--plotting-backend",
+        "--output-format",
+    ];
+    let mut bench = false;
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--bench" => bench = true,
+            "--test" | "--list" | "--profile-time" => return false,
+            a if a.starts_with("--profile-time=") => return false,
+            a if WITH_VALUE.contains(&a) => {
+                args.next();
+            }
+            "paired" => {}
+            a if !a.starts_with('-') => return false,
+            _ => {}
+        }
+    }
+    bench
+}
+
 /// Rounds of each paired comparison.
 pub(crate) const PAIRED_ROUNDS: usize = 41;
 

@@ -120,7 +120,18 @@ struct Activity {
 /// Scheduler tags: the requests of a queue with an elevator, separate from driver tags.
 struct SchedTags<T, R: lock_api::RawMutex> {
     id: u32,
+    /// One per driver tag map, by the same index: a request of `maps[m]` takes its driver
+    /// tags from the driver map `m`.
     maps: Box<[TagMap<T, R>]>,
+}
+
+impl<T, R: lock_api::RawMutex> SchedTags<T, R> {
+    /// Whether `request`, the holder of a driver tag of driver map `m`, is one of ours.
+    fn holds(&self, m: usize, request: *const Request<T>) -> bool {
+        self.maps
+            .get(m)
+            .is_some_and(|map| map.requests.as_ptr_range().contains(&request))
+    }
 }
 
 /// A request queue's handle on a [`TagSet`]: it allocates and frees this queue's requests.
@@ -151,7 +162,6 @@ pub struct QueueTags<T, P: Platform> {
     // Copies of the set's fixed shape, read on every allocation and free.
     set_id: u32,
     nr_hw_queues: usize,
-    nr_maps: usize,
     /// `set.maps`, one pointer nearer: the fast paths start their chain of dependent loads
     /// here rather than at the `Arc`.
     maps: core::ptr::NonNull<[TagMap<T, P::RawMutex>]>,
@@ -183,7 +193,6 @@ impl<T, P: Platform> QueueTags<T, P> {
             id,
             set_id: set.id,
             nr_hw_queues: set.nr_hw_queues(),
-            nr_maps: set.maps.len(),
             maps: core::ptr::NonNull::from(&*set.maps),
             set,
             activity,
@@ -430,9 +439,10 @@ impl<T, P: Platform> QueueTags<T, P> {
         if !plain {
             return self.alloc_general(alloc);
         }
-        let m = if self.nr_maps == 1 { 0 } else { alloc.hctx };
-        let map = &self.maps()[m];
-        let Some(bit) = map.normal.get(map.waiter_hint(alloc.cpu)) else {
+        let maps = self.maps();
+        let m = if maps.len() == 1 { 0 } else { alloc.hctx };
+        let map = &maps[m];
+        let Some(bit) = map.normal.get(map.hint(alloc.cpu)) else {
             return Err(TagError::WouldBlock);
         };
         let tag = bit + map.nr_reserved;
@@ -1161,13 +1171,8 @@ impl<T, P: Platform> QueueTags<T, P> {
         let request = if slot.is_null() {
             &map.requests[tag]
         } else {
-            let sched = self.sched.as_ref()?;
             // Only our own scheduler requests: their memory lives as long as `self`.
-            let ours = sched
-                .maps
-                .iter()
-                .any(|sm| sm.requests.as_ptr_range().contains(&slot.cast_const()));
-            if !ours {
+            if !self.sched.as_ref()?.holds(m, slot) {
                 return None;
             }
             // SAFETY: `slot` points into our scheduler tags, which `&self` keeps alive.
@@ -1480,11 +1485,7 @@ impl<T, P: Platform> QueueTags<T, P> {
         let request = if slot.is_null() {
             &map.requests[tag]
         } else if let Some(sched) = &self.sched {
-            if !sched
-                .maps
-                .iter()
-                .any(|sm| sm.requests.as_ptr_range().contains(&slot.cast_const()))
-            {
+            if !sched.holds(m, slot) {
                 return;
             }
             // SAFETY: the slot points into our scheduler tags, alive until the caller drops
@@ -1584,8 +1585,8 @@ impl<T, P: Platform> Future for AllocFuture<'_, T, P> {
                 this.share_map = Some(m);
             }
             let hint = match &queue.sched {
-                None => queue.set.maps[m].waiter_hint(alloc.cpu),
-                Some(sched) => sched.maps[m].waiter_hint(alloc.cpu),
+                None => queue.set.maps[m].hint(alloc.cpu),
+                Some(sched) => sched.maps[m].hint(alloc.cpu),
             };
             this.waiter = Some(wait_queue.waiter(hint));
         }

@@ -101,17 +101,12 @@ impl<T, R: lock_api::RawMutex> TagMap<T, R> {
     }
 
     #[inline(always)]
-    fn hint(&self, cpu: usize) -> &AllocHint {
+    pub(crate) fn hint(&self, cpu: usize) -> &AllocHint {
         // CPUs are dense indices below `nr_cpus`, so the division is for misuse only.
         match self.hints.get(cpu) {
             Some(hint) => hint,
             None => &self.hints[cpu % self.hints.len()],
         }
-    }
-
-    /// The hint a waiter for `cpu` allocates with.
-    pub(crate) fn waiter_hint(&self, cpu: usize) -> &AllocHint {
-        self.hint(cpu)
     }
 
     /// Allocates a normal tag (numbered after the reserved ones), within `shallow` if given.

@@ -40,6 +40,7 @@ use crate::{AllocHint, Sbitmap, SbitmapBuilder, SbitmapError};
 
 use self::runner::Runner;
 use self::waiting::Waiting;
+pub use self::waiting::WakeCount;
 
 /// Returns `Err(message)` from the enclosing function unless `cond` holds.
 macro_rules! ensure {

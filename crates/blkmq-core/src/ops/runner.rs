@@ -4,11 +4,9 @@ use alloc::collections::BTreeSet;
 use alloc::format;
 use alloc::string::String;
 use alloc::sync::Arc;
-use alloc::task::Wake;
 use alloc::vec::Vec;
 use core::future::Future;
 use core::pin::pin;
-use core::sync::atomic::{AtomicUsize, Ordering};
 use core::task::{Context, Poll, Waker};
 
 use super::model::{
@@ -20,6 +18,8 @@ use super::{
     AllocKind, BioSpec, Config, Failure, ForeignCall, HctxCall, MAX_ASYNC_FREES, MAX_MODEL_CPUS,
     MAX_MODEL_DEPTH, MAX_MODEL_HW_QUEUES, MAX_MODEL_QUEUES, Op, Stage, TestPlatform,
 };
+use blkmq_sbitmap::ops::WakeCount;
+
 use crate::bio::Status;
 use crate::error::{ConfigError, TagError};
 use crate::queue_tags::{Alloc, QueueTags};
@@ -51,19 +51,6 @@ const BATCH_RANGE: usize = 10;
 
 /// The status the runner ends a bio with that the core handed back (a refused merge).
 const HANDED_BACK: Status = Status::Resource;
-
-/// Counts the wake-ups of an asynchronous allocation.
-struct WakeCount(AtomicUsize);
-
-impl Wake for WakeCount {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.0.fetch_add(1, Ordering::Relaxed);
-    }
-}
 
 /// The configuration, reduced into range.
 fn reduce(config: &Config) -> Setup {
@@ -633,7 +620,7 @@ impl Runner {
         let queues: &[Option<Queue>] = &self.queues;
         let world = &mut self.world;
         let queue = queues[q].as_ref().expect("checked above");
-        let wakes = Arc::new(WakeCount(AtomicUsize::new(0)));
+        let wakes = Arc::new(WakeCount::default());
         let waker = if counting {
             Waker::from(Arc::clone(&wakes))
         } else {
@@ -652,7 +639,7 @@ impl Runner {
         let mut seen = 0;
         let mut since = 0;
         let woken = |seen: usize| -> Result<bool, String> {
-            let now = wakes.0.load(Ordering::Relaxed);
+            let now = wakes.count();
             ensure!(
                 now <= seen + 1,
                 "woken {} times for one registration",
@@ -692,7 +679,7 @@ impl Runner {
             if was_woken {
                 // The wake-up took its entry: the poll registered anew.
                 since = 0;
-                seen = wakes.0.load(Ordering::Relaxed);
+                seen = wakes.count();
             }
         }
         if let Some(iq) = idle {

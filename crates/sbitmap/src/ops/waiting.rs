@@ -15,8 +15,26 @@ use super::target::Target;
 use super::{MAX_WAITERS, NR_HINTS, Op};
 use crate::{AllocHint, MAX_WAKE_BATCH, SbitmapError, SbitmapQueue, WAIT_QUEUES, Waiter};
 
-/// Counts the wake-ups of one waiter.
-struct WakeCount(AtomicUsize);
+/// A waker that counts its wake-ups: what the models check waiting with.
+///
+/// ```
+/// use blkmq_sbitmap::ops::WakeCount;
+/// use std::sync::Arc;
+/// use std::task::Waker;
+///
+/// let count = Arc::new(WakeCount::default());
+/// Waker::from(Arc::clone(&count)).wake_by_ref();
+/// assert_eq!(count.count(), 1);
+/// ```
+#[derive(Debug, Default)]
+pub struct WakeCount(AtomicUsize);
+
+impl WakeCount {
+    /// Wake-ups so far.
+    pub fn count(&self) -> usize {
+        self.0.load(Ordering::Relaxed)
+    }
+}
 
 impl Wake for WakeCount {
     fn wake(self: Arc<Self>) {
@@ -43,7 +61,7 @@ pub(super) struct ModelWaiter<'q> {
 
 impl ModelWaiter<'_> {
     fn wakes(&self) -> usize {
-        self.wakes.0.load(Ordering::Relaxed)
+        self.wakes.count()
     }
 
     fn is_woken(&self) -> bool {
@@ -120,7 +138,7 @@ impl<T: Target> Runner<'_, T> {
                 }
             }
         };
-        let wakes = Arc::new(WakeCount(AtomicUsize::new(0)));
+        let wakes = Arc::new(WakeCount::default());
         let id = waiting.next_id;
         waiting.next_id += 1;
         waiting.waiters.push(ModelWaiter {
