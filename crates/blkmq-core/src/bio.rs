@@ -81,6 +81,9 @@ bitflags::bitflags! {
         const NOWAIT = 1 << 8;
         /// Completion is polled for, not signalled by an interrupt.
         const POLLED = 1 << 9;
+        /// A piece of a bio that was split to the queue's limits: its `private` names the
+        /// piece's parent, which ends when its last piece does. Set by the request queue.
+        const SPLIT = 1 << 10;
     }
 }
 
@@ -313,6 +316,9 @@ pub struct Bio {
     pub issuer: IssuerId,
     /// Opaque data for the driver.
     pub payload: u64,
+    /// Where this bio's data starts in the payload's buffer, in sectors: zero for a bio as
+    /// submitted, the piece's distance from the start for a piece of a split bio.
+    pub offset: u32,
     /// Opaque data for the submitter's `end_io`.
     pub private: u64,
     /// Called once when the bio ends.
@@ -352,6 +358,7 @@ impl Bio {
             },
             issuer: IssuerId(0),
             payload: 0,
+            offset: 0,
             private: 0,
             end_io: None,
         }

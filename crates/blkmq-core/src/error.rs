@@ -76,6 +76,13 @@ pub enum ConfigError {
     /// Every identity for tag sets, scheduler tags or request queues has been handed out
     /// (2^32 of each kind); one is never reused, since tokens name their tags by it.
     IdentitiesExhausted,
+    /// Queue limits that do not hang together.
+    BadLimits {
+        /// The first field found wrong.
+        what: &'static str,
+    },
+    /// The queue has an elevator already, or is in a state the change needs to wait for.
+    QueueBusy,
     /// An I/O priority level of 8 or more.
     BadPrioLevel {
         /// The level asked for.
@@ -125,6 +132,8 @@ impl fmt::Display for ConfigError {
                 f.write_str("the current scheduler tags still have requests out")
             }
             ConfigError::IdentitiesExhausted => f.write_str("identities exhausted"),
+            ConfigError::BadLimits { what } => write!(f, "queue limit {what} is invalid"),
+            ConfigError::QueueBusy => f.write_str("the queue is busy"),
             ConfigError::BadPrioLevel { level } => {
                 write!(f, "priority level {level} is not within 0..=7")
             }

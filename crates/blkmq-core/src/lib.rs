@@ -51,23 +51,34 @@ extern crate std;
 extern crate std;
 
 mod bio;
+mod driver;
+mod elevator;
 mod error;
+mod limits;
 #[cfg(feature = "test-utils")]
 pub mod ops;
 mod platform;
+mod queue;
 mod queue_map;
 mod queue_tags;
 mod request;
 mod restart;
+mod split;
 mod sync;
 mod tags;
 mod tagset;
 
 pub use bio::{Bio, BioFlags, EndIo, IoPrio, IoPrioClass, IssuerId, Op, SECTOR_SIZE, Status};
+pub use driver::{Driver, HctxCx, Rejected, RqBatch, TimeoutAction};
+pub use elevator::{Elevator, ElvCx};
 pub use error::{ConfigError, TagError};
+pub use limits::{MergeKind, QueueLimits};
 #[cfg(all(feature = "std", not(loom)))]
 pub use platform::StdPlatform;
 pub use platform::{NoPlatform, Platform};
+pub use queue::{
+    Host, PLUG_FLUSH_BYTES, PLUG_MAX, PLUG_MAX_MULTI, Plug, QueueConfig, RequestQueue,
+};
 pub use queue_map::{QueueMap, QueueMaps, QueueType};
 pub use queue_tags::{Alloc, AllocFuture, QueueTags};
 pub use request::{NO_TAG, Request, Rq, RqIo, RqState, unique_tag, unique_tag_hwq, unique_tag_tag};

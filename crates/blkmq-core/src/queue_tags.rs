@@ -971,6 +971,22 @@ impl<T, P: Platform> QueueTags<T, P> {
         self.free(rq)
     }
 
+    /// Like [`complete`](Self::complete), each bio handed to `end` rather than its callback.
+    pub(crate) fn complete_with(
+        &self,
+        rq: Rq,
+        status: Status,
+        end: &mut dyn FnMut(Bio, Status),
+    ) -> Result<(), TagError> {
+        let request = self.owner(&rq)?.1;
+        let _ = request
+            .transition(RqState::InFlight, RqState::Complete)
+            .or_else(|_| request.transition(RqState::Idle, RqState::Complete));
+        // SAFETY: we own the token.
+        unsafe { request.io_mut() }.end_bios_with(&self.set.bios, status, end);
+        self.free(rq)
+    }
+
     /// Frees a request and its tags; a bio still on it ends with [`Status::IoErr`], so none
     /// is lost.
     ///
@@ -1279,6 +1295,40 @@ impl<T, P: Platform> QueueTags<T, P> {
         }
         self.sched = Some(SchedTags { id, maps });
         Ok(())
+    }
+
+    /// Requests one map spans in the key space: the larger of the driver and scheduler
+    /// arrays.
+    fn key_stride(&self) -> usize {
+        let driver = self.maps().first().map_or(0, |m| m.requests.len());
+        let sched = self
+            .sched
+            .as_ref()
+            .and_then(|s| s.maps.first())
+            .map_or(0, |m| m.requests.len());
+        driver.max(sched)
+    }
+
+    /// A dense index of the request `rq` names, below [`nr_keys`](Self::nr_keys): its map
+    /// times the largest array, plus its tag.
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(4).hw_queues(2).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let queue = set.attach().unwrap();
+    /// let rq = queue.alloc(&Alloc::new(1, 0)).unwrap();
+    /// assert_eq!(queue.key_of(&rq), 4 + rq.tag() as usize);
+    /// assert_eq!(queue.nr_keys(), 8);
+    /// queue.free(rq).unwrap();
+    /// ```
+    pub fn key_of(&self, rq: &Rq) -> usize {
+        rq.map() * self.key_stride() + rq.index()
+    }
+
+    /// How many distinct [`key_of`](Self::key_of) values this queue's requests can have.
+    pub fn nr_keys(&self) -> usize {
+        self.maps().len() * self.key_stride()
     }
 
     /// Frees the scheduler tags; requests come from driver tags again.

@@ -435,6 +435,14 @@ impl<T> Request<T> {
         self.deadline_ns.store(deadline_ns, Ordering::Relaxed);
     }
 
+    /// Moves the deadline from `from` to `to` if no one changed it meanwhile: a timeout
+    /// handler claiming an expired dispatch (`to` = `u64::MAX`), or re-arming one it claimed.
+    pub(crate) fn swap_deadline(&self, from: u64, to: u64) -> bool {
+        self.deadline_ns
+            .compare_exchange(from, to, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+    }
+
     pub(crate) fn set_driver_tag(&self, tag: u32) {
         self.driver_tag.store(tag, Ordering::Release);
     }
@@ -659,6 +667,8 @@ pub struct RqIo {
     sectors: u64,
     /// When the request was started (platform nanoseconds).
     pub(crate) start_ns: u64,
+    /// Data segments of the chain, as the request queue counts them against its limits.
+    pub(crate) segments: u32,
     /// Free for the elevator that holds the request (Linux's `rq->elv.priv`); zero when a
     /// request is allocated from scheduler tags.
     pub sched_data: [u64; 2],
@@ -678,6 +688,7 @@ impl RqIo {
         chain_head: NO_TAG,
         chain_tail: NO_TAG,
         start_ns: 0,
+        segments: 0,
         alloc_cpu: 0,
         counted: false,
         sched_data: [0; 2],
@@ -706,6 +717,23 @@ impl RqIo {
         self.prio = IoPrio::DEFAULT;
         self.issuer = IssuerId(0);
         self.start_ns = 0;
+        self.segments = 0;
+    }
+
+    /// Data segments of the chain, as the request queue counted them against its limits
+    /// (zero for a request built through [`QueueTags`](crate::QueueTags) alone).
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(4).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let queue = set.attach().unwrap();
+    /// let rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    /// assert_eq!(queue.io(&rq).unwrap().segments(), 0);
+    /// queue.free(rq).unwrap();
+    /// ```
+    pub fn segments(&self) -> u32 {
+        self.segments
     }
 
     /// The operation (that of the first bio).
@@ -1066,6 +1094,7 @@ impl RqIo {
         };
         self.sectors += other.sectors;
         self.nr_bios += other.nr_bios;
+        self.segments += other.segments;
         let start_ns = other.start_ns;
         other.clear();
         other.start_ns = start_ns;
@@ -1092,9 +1121,19 @@ impl RqIo {
     /// Each bio leaves the chain (and its slot goes back) before its callback runs, so a
     /// callback that panics leaves a consistent, shorter chain behind.
     pub(crate) fn end_bios(&mut self, pool: &BioPool, status: Status) -> u32 {
+        self.end_bios_with(pool, status, &mut Bio::complete)
+    }
+
+    /// Like [`end_bios`](Self::end_bios), each bio handed to `end` instead of its callback.
+    pub(crate) fn end_bios_with(
+        &mut self,
+        pool: &BioPool,
+        status: Status,
+        end: &mut dyn FnMut(Bio, Status),
+    ) -> u32 {
         let mut ended = 0;
         while let Some(bio) = self.pop_front(pool) {
-            bio.complete(status);
+            end(bio, status);
             ended += 1;
         }
         self.clear();

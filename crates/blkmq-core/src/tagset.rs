@@ -560,6 +560,18 @@ impl<T, P: Platform> TagSet<T, P> {
         self.queues.load(Ordering::Relaxed)
     }
 
+    /// How many request queues may share the set at once.
+    ///
+    /// ```
+    /// use blkmq_core::{DEFAULT_MAX_QUEUES, StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
+    /// assert_eq!(set.max_queues(), DEFAULT_MAX_QUEUES);
+    /// ```
+    pub fn max_queues(&self) -> usize {
+        self.max_queues
+    }
+
     /// Whether fair sharing is on (more than one request queue attached).
     ///
     /// ```

@@ -1,0 +1,333 @@
+//! Queue limits: what one request may hold, how bios are checked and split to fit, and
+//! when a bio or a request may merge into another.
+
+use crate::bio::{Bio, BioFlags, Op, SECTOR_SIZE, Status};
+use crate::error::ConfigError;
+use crate::request::RqIo;
+
+/// What a device accepts in one request (Linux's `queue_limits`), and its size.
+///
+/// A [`Bio`] carries no scatter list, so data segments are counted as if each bio's buffer
+/// were contiguous and laid out like its place on the device: a bio of `n` bytes at byte
+/// `b` is cut at every `seg_boundary_mask + 1` boundary and into pieces of at most
+/// `max_segment_size`; the bios of a request never share a segment.
+///
+/// ```
+/// use blkmq_core::QueueLimits;
+/// let limits = QueueLimits::new(1 << 21); // 1 GiB
+/// assert_eq!((limits.max_sectors, limits.max_segments), (2560, 128));
+/// assert!(limits.validate().is_ok());
+/// assert!(QueueLimits { max_segments: 0, ..limits }.validate().is_err());
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueueLimits {
+    /// The device's size in sectors; an I/O past it fails with [`Status::IoErr`].
+    pub capacity: u64,
+    /// The smallest unit the device addresses, in bytes (a power of two, 512 to 65536);
+    /// I/O not aligned to it fails with [`Status::Invalid`].
+    pub logical_block_size: u32,
+    /// Most sectors in one request (default 2560, Linux's 1280 KiB).
+    pub max_sectors: u32,
+    /// Most data segments in one request (default 128).
+    pub max_segments: u32,
+    /// Largest data segment in bytes (default 65536).
+    pub max_segment_size: u32,
+    /// A data segment never crosses a multiple of `seg_boundary_mask + 1` bytes (default
+    /// `0xffff_ffff`; the mask is a power of two minus one, at least 4095).
+    pub seg_boundary_mask: u64,
+    /// When non-zero (a power of two), no request crosses a multiple of this many sectors:
+    /// the stripe unit of a RAID volume, for one.
+    pub chunk_sectors: u32,
+    /// Most sectors of one discard; zero when the device cannot discard.
+    pub max_discard_sectors: u32,
+    /// Most sectors of one write-zeroes; zero when the device cannot.
+    pub max_write_zeroes_sectors: u32,
+}
+
+/// How a bio joins a request.
+///
+/// ```
+/// use blkmq_core::MergeKind;
+/// assert_ne!(MergeKind::Back, MergeKind::Front);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MergeKind {
+    /// At the end: the bio starts where the request ends.
+    Back,
+    /// At the start: the bio ends where the request starts.
+    Front,
+}
+
+impl QueueLimits {
+    /// Linux's defaults for a device of `capacity` sectors: 512-byte blocks, 2560 sectors and
+    /// 128 segments of up to 64 KiB per request, no chunks, no discard or write-zeroes.
+    ///
+    /// ```
+    /// use blkmq_core::QueueLimits;
+    /// let limits = QueueLimits::new(8);
+    /// assert_eq!((limits.capacity, limits.logical_block_size), (8, 512));
+    /// ```
+    pub const fn new(capacity: u64) -> Self {
+        Self {
+            capacity,
+            logical_block_size: 512,
+            max_sectors: 2560,
+            max_segments: 128,
+            max_segment_size: 65536,
+            seg_boundary_mask: 0xffff_ffff,
+            chunk_sectors: 0,
+            max_discard_sectors: 0,
+            max_write_zeroes_sectors: 0,
+        }
+    }
+
+    /// Checks the limits hang together.
+    ///
+    /// # Errors
+    /// [`ConfigError::BadLimits`] naming the first field that does not.
+    ///
+    /// ```
+    /// use blkmq_core::{ConfigError, QueueLimits};
+    /// let bad = QueueLimits { logical_block_size: 1000, ..QueueLimits::new(64) };
+    /// assert_eq!(bad.validate(), Err(ConfigError::BadLimits { what: "logical_block_size" }));
+    /// ```
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |what| Err(ConfigError::BadLimits { what });
+        let lbs = self.logical_block_size;
+        if !lbs.is_power_of_two() || !(512..=65536).contains(&lbs) {
+            return bad("logical_block_size");
+        }
+        let block_sectors = lbs / SECTOR_SIZE as u32;
+        if self.max_sectors < block_sectors.max(8) || self.max_sectors % block_sectors != 0 {
+            return bad("max_sectors");
+        }
+        if self.max_segments == 0 || self.max_segments > 65535 {
+            return bad("max_segments");
+        }
+        if self.max_segment_size < 4096 || self.max_segment_size < lbs {
+            return bad("max_segment_size");
+        }
+        if self.seg_boundary_mask < 4095
+            || self.seg_boundary_mask < u64::from(lbs - 1)
+            || !(self.seg_boundary_mask.wrapping_add(1)).is_power_of_two()
+        {
+            return bad("seg_boundary_mask");
+        }
+        if self.chunk_sectors != 0
+            && (!self.chunk_sectors.is_power_of_two() || self.chunk_sectors < block_sectors)
+        {
+            return bad("chunk_sectors");
+        }
+        if self.max_discard_sectors % block_sectors != 0 {
+            return bad("max_discard_sectors");
+        }
+        if self.max_write_zeroes_sectors % block_sectors != 0 {
+            return bad("max_write_zeroes_sectors");
+        }
+        if self.capacity % u64::from(block_sectors) != 0 {
+            return bad("capacity");
+        }
+        Ok(())
+    }
+
+    /// The status a bio ends with at once, if it cannot be served as it is: zero length
+    /// (but for a flush), past the capacity, misaligned, or an operation the device lacks.
+    ///
+    /// ```
+    /// use blkmq_core::{Bio, Op, QueueLimits, Status};
+    /// let limits = QueueLimits { logical_block_size: 4096, ..QueueLimits::new(64) };
+    /// assert_eq!(limits.check(&Bio::new(Op::Read, 0, 8)), None);
+    /// assert_eq!(limits.check(&Bio::new(Op::Read, 0, 0)), Some(Status::Invalid));
+    /// assert_eq!(limits.check(&Bio::new(Op::Read, 4, 8)), Some(Status::Invalid));
+    /// assert_eq!(limits.check(&Bio::new(Op::Read, 64, 8)), Some(Status::IoErr));
+    /// assert_eq!(limits.check(&Bio::new(Op::Discard, 0, 8)), Some(Status::NotSupported));
+    /// assert_eq!(limits.check(&Bio::new(Op::Flush, 0, 0)), None);
+    /// ```
+    pub fn check(&self, bio: &Bio) -> Option<Status> {
+        if bio.op == Op::Flush {
+            return (bio.sectors != 0).then_some(Status::Invalid);
+        }
+        match bio.op {
+            Op::Discard if self.max_discard_sectors == 0 => return Some(Status::NotSupported),
+            Op::WriteZeroes if self.max_write_zeroes_sectors == 0 => {
+                return Some(Status::NotSupported);
+            }
+            _ => {}
+        }
+        let block_sectors = u64::from(self.logical_block_size) / SECTOR_SIZE;
+        if bio.sectors == 0
+            || bio.sector % block_sectors != 0
+            || u64::from(bio.sectors) % block_sectors != 0
+        {
+            return Some(Status::Invalid);
+        }
+        match bio.sector.checked_add(u64::from(bio.sectors)) {
+            Some(end) if end <= self.capacity => None,
+            _ => Some(Status::IoErr),
+        }
+    }
+
+    /// Most sectors one request of `op` may hold.
+    fn max_for(&self, op: Op) -> u32 {
+        match op {
+            Op::Discard => self.max_discard_sectors,
+            Op::WriteZeroes => self.max_write_zeroes_sectors,
+            _ => self.max_sectors,
+        }
+    }
+
+    /// Sectors left to the next chunk boundary from `sector` (`u32::MAX` without chunks).
+    fn chunk_left(&self, sector: u64) -> u32 {
+        if self.chunk_sectors == 0 {
+            return u32::MAX;
+        }
+        let chunk = u64::from(self.chunk_sectors);
+        (chunk - (sector & (chunk - 1))) as u32
+    }
+
+    /// Data segments of `sectors` sectors from `sector`, as this type documents them;
+    /// operations without data have none.
+    ///
+    /// ```
+    /// use blkmq_core::{Op, QueueLimits};
+    /// let limits = QueueLimits { seg_boundary_mask: 4095, ..QueueLimits::new(1 << 20) };
+    /// assert_eq!(limits.segments(Op::Read, 0, 8), 1);
+    /// assert_eq!(limits.segments(Op::Read, 4, 8), 2); // crosses a 4 KiB boundary
+    /// assert_eq!(limits.segments(Op::Read, 0, 256), 32);
+    /// assert_eq!(limits.segments(Op::Discard, 0, 64), 0);
+    /// ```
+    pub fn segments(&self, op: Op, sector: u64, sectors: u32) -> u32 {
+        if !op.has_data() {
+            return 0;
+        }
+        let mut at = sector * SECTOR_SIZE;
+        let end = at + u64::from(sectors) * SECTOR_SIZE;
+        let mut count = 0;
+        while at < end {
+            let boundary = (at | self.seg_boundary_mask) + 1;
+            let step = (end.min(boundary) - at).min(u64::from(self.max_segment_size));
+            at += step;
+            count += 1;
+        }
+        count
+    }
+
+    /// Sectors of the longest first piece of `bio` that fits one request: within the
+    /// operation's maximum, the segment limit and the chunk boundary, in whole logical
+    /// blocks. Equal to `bio.sectors` when the bio needs no split.
+    ///
+    /// ```
+    /// use blkmq_core::{Bio, Op, QueueLimits};
+    /// let limits = QueueLimits { max_sectors: 64, chunk_sectors: 128, ..QueueLimits::new(1 << 20) };
+    /// assert_eq!(limits.split_len(&Bio::new(Op::Read, 0, 32)), 32);
+    /// assert_eq!(limits.split_len(&Bio::new(Op::Read, 0, 200)), 64);
+    /// assert_eq!(limits.split_len(&Bio::new(Op::Read, 100, 64)), 28); // chunk ends at 128
+    /// ```
+    pub fn split_len(&self, bio: &Bio) -> u32 {
+        if bio.op == Op::Flush {
+            return bio.sectors;
+        }
+        let block_sectors = self.logical_block_size / SECTOR_SIZE as u32;
+        let mut len = bio
+            .sectors
+            .min(self.max_for(bio.op))
+            .min(self.chunk_left(bio.sector));
+        if bio.op.has_data() && self.segments(bio.op, bio.sector, len) > self.max_segments {
+            // Walk the segments: the piece ends where the segment limit is reached.
+            let start = bio.sector * SECTOR_SIZE;
+            let mut at = start;
+            for _ in 0..self.max_segments {
+                let boundary = (at | self.seg_boundary_mask) + 1;
+                at = boundary.min(at + u64::from(self.max_segment_size));
+            }
+            len = len.min(((at - start) / SECTOR_SIZE) as u32);
+        }
+        len - len % block_sectors
+    }
+
+    /// Whether `bio` may join a request holding `io` (same operation, priority and
+    /// direction, neither barred from merging, no flush, the result within the limits), and
+    /// at which end.
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, Bio, BioFlags, MergeKind, Op, QueueLimits, StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(4).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let queue = set.attach().unwrap();
+    /// let mut rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    /// queue.set_bio(&mut rq, Bio::new(Op::Write, 8, 8)).unwrap();
+    /// let io = queue.io(&rq).unwrap();
+    /// let limits = QueueLimits::new(1 << 20);
+    /// assert_eq!(limits.merge_kind(io, &Bio::new(Op::Write, 16, 8)), Some(MergeKind::Back));
+    /// assert_eq!(limits.merge_kind(io, &Bio::new(Op::Write, 0, 8)), Some(MergeKind::Front));
+    /// assert_eq!(limits.merge_kind(io, &Bio::new(Op::Read, 16, 8)), None);
+    /// let nomerge = Bio::new(Op::Write, 16, 8).flags(BioFlags::NOMERGE);
+    /// assert_eq!(limits.merge_kind(io, &nomerge), None);
+    /// queue.free(rq).unwrap();
+    /// ```
+    pub fn merge_kind(&self, io: &RqIo, bio: &Bio) -> Option<MergeKind> {
+        if io.nr_bios() == 0 || !mergeable(io.op(), io.flags()) || !mergeable(bio.op, bio.flags) {
+            return None;
+        }
+        if io.op() != bio.op || io.prio() != bio.prio {
+            return None;
+        }
+        let kind = if io.end_sector() == bio.sector {
+            MergeKind::Back
+        } else if bio.end_sector() == io.sector() {
+            MergeKind::Front
+        } else {
+            return None;
+        };
+        let sectors = io.sectors() + u64::from(bio.sectors);
+        if sectors > u64::from(self.max_for(bio.op)) {
+            return None;
+        }
+        let start = io.sector().min(bio.sector);
+        if u64::from(self.chunk_left(start)) < sectors {
+            return None;
+        }
+        let segments = io.segments() + self.segments(bio.op, bio.sector, bio.sectors);
+        (segments <= self.max_segments).then_some(kind)
+    }
+
+    /// Whether the request holding `next` may be appended to the one holding `io` (two
+    /// requests merging), by the same rules as [`merge_kind`](Self::merge_kind).
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, Bio, Op, QueueLimits, StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(4).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let queue = set.attach().unwrap();
+    /// let mut a = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    /// let mut b = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    /// queue.set_bio(&mut a, Bio::new(Op::Read, 0, 8)).unwrap();
+    /// queue.set_bio(&mut b, Bio::new(Op::Read, 8, 8)).unwrap();
+    /// let limits = QueueLimits::new(1 << 20);
+    /// assert!(limits.can_append(queue.io(&a).unwrap(), queue.io(&b).unwrap()));
+    /// assert!(!limits.can_append(queue.io(&b).unwrap(), queue.io(&a).unwrap()));
+    /// queue.free(a).unwrap();
+    /// queue.free(b).unwrap();
+    /// ```
+    pub fn can_append(&self, io: &RqIo, next: &RqIo) -> bool {
+        if io.nr_bios() == 0 || next.nr_bios() == 0 {
+            return false;
+        }
+        if !mergeable(io.op(), io.flags()) || !mergeable(next.op(), next.flags()) {
+            return false;
+        }
+        if io.op() != next.op() || io.prio() != next.prio() || io.end_sector() != next.sector() {
+            return false;
+        }
+        let sectors = io.sectors() + next.sectors();
+        sectors <= u64::from(self.max_for(io.op()))
+            && u64::from(self.chunk_left(io.sector())) >= sectors
+            && io.segments() + next.segments() <= self.max_segments
+    }
+}
+
+/// Whether I/O of `op` with `flags` may merge at all (Linux's `rq_mergeable` plus the
+/// bio-side flags).
+fn mergeable(op: Op, flags: BioFlags) -> bool {
+    op != Op::Flush && !flags.intersects(BioFlags::NOMERGE | BioFlags::PREFLUSH | BioFlags::FUA)
+}

@@ -1,0 +1,1960 @@
+//! Hosts and request queues: software and hardware contexts, submission, plugging,
+//! merging, dispatch, restart, completion, requeue, quiesce, freeze and timeouts.
+//!
+//! # Restart
+//!
+//! A hardware queue that gives up dispatching (the driver said [`Status::Resource`], the
+//! budget or the driver tags ran out) keeps its requests at the head of its dispatch list
+//! and marks itself in its queue's [`RestartSet`], and the queue in its host's. Every
+//! completion bumps the host's completion epoch and then drains the host's set, rerunning
+//! exactly the hardware queues marked — nothing when none are, in one load. The dispatcher
+//! reads the epoch before it issues and again after it marks: if a completion came in
+//! between (it may have drained before the mark), the dispatcher runs again itself. Every
+//! access of that pair is `SeqCst`, so one side always sees the other (Dekker's pattern);
+//! `tests/loom.rs` checks every interleaving of insert, give-up and completion.
+//!
+//! # Runs
+//!
+//! One thread at a time dispatches a hardware queue. [`RequestQueue::run_hw_queue`] marks
+//! the queue pending; whoever finds it not running becomes its runner and dispatches until
+//! no run was asked for since it last looked, so a run asked for while another is under
+//! way is never lost and never waits.
+
+use alloc::boxed::Box;
+use alloc::collections::VecDeque;
+use alloc::sync::{Arc, Weak};
+use alloc::vec::Vec;
+use core::cell::UnsafeCell;
+use core::fmt;
+
+use crate::bio::{Bio, BioFlags, Op, Status};
+use crate::driver::{Driver, HctxCx, Rejected, RqBatch, TimeoutAction};
+use crate::elevator::{Elevator, ElvBackend, ElvCx};
+use crate::error::{ConfigError, TagError};
+use crate::limits::QueueLimits;
+use crate::platform::Platform;
+use crate::queue_map::{QueueMaps, QueueType};
+use crate::queue_tags::{Alloc, QueueTags};
+use crate::request::{Request, Rq, RqIo, RqState};
+use crate::restart::RestartSet;
+use crate::split::SplitPool;
+use crate::sync::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering, seqcst_pair};
+use crate::tagset::{TagSet, TagSetBuilder, TagSetFlags};
+
+type Raw<D> = <<D as Driver>::Platform as Platform>::RawMutex;
+type Lock<D, X> = lock_api::Mutex<Raw<D>, X>;
+
+/// Requests merged by a reverse scan of a software queue, at most (Linux's 8).
+const CTX_MERGE_SCAN: usize = 8;
+/// A plug flushes at this many requests...
+pub const PLUG_MAX: usize = 32;
+/// ... or at this many when it holds requests of several queues.
+pub const PLUG_MAX_MULTI: usize = 64;
+/// ... or before adding to a request of at least this many bytes.
+pub const PLUG_FLUSH_BYTES: u64 = 128 * 1024;
+
+/// The hardware queue is being dispatched.
+const RUNNING: u32 = 1;
+/// A run was asked for since the runner last looked.
+const PENDING: u32 = 2;
+
+/// The usage count's frozen flag (the rest counts holders).
+const FROZEN: usize = 1 << (usize::BITS - 1);
+
+/// A host: the driver, its tag set and what its request queues share (restart, quiesce).
+///
+/// ```
+/// use blkmq_core::*;
+///
+/// struct Null;
+/// impl Driver for Null {
+///     type Platform = StdPlatform;
+///     type Payload = ();
+///     fn init_request(&self, _: RequestInit) {}
+///     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+///         cx.queue().end_request(rq, Status::Ok);
+///         Ok(())
+///     }
+/// }
+///
+/// fn done(bio: Bio, status: Status) {
+///     assert_eq!((bio.sector, status), (8, Status::Ok));
+/// }
+///
+/// let host = Host::new(TagSet::builder(32).hw_queues(2), StdPlatform::new(), Null).unwrap();
+/// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1 << 20))).unwrap();
+/// queue.submit(Bio::new(Op::Read, 8, 8).end_io(done)).unwrap();
+/// assert_eq!(host.set().busy(), 0);
+/// ```
+pub struct Host<D: Driver> {
+    driver: D,
+    set: Arc<TagSet<D::Payload, D::Platform>>,
+    queues: Lock<D, Vec<Option<Weak<RequestQueue<D>>>>>,
+    /// Queue slots with a hardware queue waiting for a completion.
+    restart: RestartSet,
+    /// Queue slots with a hardware queue kicked (to run from [`Host::run_kicked`]).
+    kicked: RestartSet,
+    /// Completions (and requeues) so far: what a dispatcher giving up compares.
+    epoch: AtomicU64,
+    /// Requests the driver holds (issued, not yet ended or requeued).
+    in_driver: AtomicUsize,
+    quiesced: AtomicUsize,
+}
+
+impl<D: Driver> Host<D> {
+    /// A host of `driver` with the tag set `tags` describes, each request's payload made by
+    /// [`Driver::init_request`].
+    ///
+    /// # Errors
+    /// Whatever [`TagSetBuilder::build`] refuses.
+    pub fn new(
+        tags: TagSetBuilder,
+        platform: D::Platform,
+        driver: D,
+    ) -> Result<Arc<Self>, ConfigError> {
+        let set = tags.build(platform, |init| driver.init_request(init))?;
+        let slots = set.max_queues();
+        Ok(Arc::new(Self {
+            driver,
+            queues: lock_api::Mutex::new((0..slots).map(|_| None).collect()),
+            restart: RestartSet::new(slots)?,
+            kicked: RestartSet::new(slots)?,
+            set,
+            epoch: AtomicU64::new(0),
+            in_driver: AtomicUsize::new(0),
+            quiesced: AtomicUsize::new(0),
+        }))
+    }
+
+    /// The driver.
+    pub fn driver(&self) -> &D {
+        &self.driver
+    }
+
+    /// The tag set.
+    pub fn set(&self) -> &Arc<TagSet<D::Payload, D::Platform>> {
+        &self.set
+    }
+
+    /// Requests the driver holds now, over every queue.
+    pub fn in_driver(&self) -> usize {
+        self.in_driver.load(Ordering::Relaxed)
+    }
+
+    /// A request queue (a LUN, a namespace) on this host.
+    ///
+    /// # Errors
+    /// Bad limits, an elevator on a `NO_SCHED` set, bad queue maps, or
+    /// [`ConfigError::TooManyQueues`]-like refusals of the tag set.
+    pub fn add_queue(
+        self: &Arc<Self>,
+        config: QueueConfig,
+    ) -> Result<Arc<RequestQueue<D>>, ConfigError> {
+        RequestQueue::new(self, config)
+    }
+
+    /// The live queue in `slot`.
+    fn queue_at(&self, slot: usize) -> Option<Arc<RequestQueue<D>>> {
+        self.queues.lock().get(slot)?.as_ref()?.upgrade()
+    }
+
+    /// Stops every queue of the host from calling [`Driver::queue_rq`] and waits for calls
+    /// under way (tag-set wide quiesce). Nests.
+    pub fn quiesce(&self) {
+        self.quiesced.fetch_add(1, Ordering::SeqCst);
+        seqcst_pair();
+        let queues: Vec<_> = (0..self.queues.lock().len())
+            .filter_map(|s| self.queue_at(s))
+            .collect();
+        for queue in queues {
+            queue.wait_runs();
+        }
+    }
+
+    /// Undoes one [`quiesce`](Self::quiesce); the last one reruns every queue.
+    pub fn unquiesce(&self) {
+        if self.quiesced.fetch_sub(1, Ordering::SeqCst) == 1 {
+            let queues: Vec<_> = (0..self.queues.lock().len())
+                .filter_map(|s| self.queue_at(s))
+                .collect();
+            for queue in queues {
+                queue.run_hw_queues();
+            }
+        }
+    }
+
+    /// Whether the host is quiesced.
+    pub fn is_quiesced(&self) -> bool {
+        self.quiesced.load(Ordering::SeqCst) != 0
+    }
+
+    /// Runs every hardware queue kicked since the last call; the platform calls this after
+    /// a [`Platform::kick`]. Returns how many ran.
+    pub fn run_kicked(&self) -> usize {
+        let mut ran = 0;
+        self.kicked.drain(|slot| {
+            if let Some(queue) = self.queue_at(slot) {
+                queue.kicked.drain(|hctx| {
+                    queue.run_hw_queue(hctx);
+                    ran += 1;
+                });
+            }
+        });
+        ran
+    }
+
+    /// After a completion or requeue: rerun exactly the hardware queues that wait.
+    #[inline]
+    fn restart(&self) {
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+        seqcst_pair();
+        if self.restart.is_empty() {
+            return;
+        }
+        self.restart_slow();
+    }
+
+    #[cold]
+    fn restart_slow(&self) {
+        self.restart.drain(|slot| {
+            if let Some(queue) = self.queue_at(slot) {
+                queue.restart.drain(|hctx| queue.rerun(hctx));
+            }
+        });
+    }
+}
+
+impl<D: Driver> fmt::Debug for Host<D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Host")
+            .field("in_driver", &self.in_driver())
+            .field("quiesced", &self.is_quiesced())
+            .finish_non_exhaustive()
+    }
+}
+
+/// How to make a [`RequestQueue`].
+///
+/// ```
+/// use blkmq_core::{QueueConfig, QueueLimits};
+/// let config = QueueConfig::new(QueueLimits::new(1 << 20)).nr_requests(64);
+/// assert_eq!(config.nr_requests, Some(64));
+/// assert!(config.elevator.is_none());
+/// ```
+pub struct QueueConfig {
+    /// The device's limits.
+    pub limits: QueueLimits,
+    /// The I/O scheduler, if any (requests then come from scheduler tags).
+    pub elevator: Option<Box<dyn Elevator>>,
+    /// Scheduler tags (default 2 x the queue depth, at most 128 x 2).
+    pub nr_requests: Option<usize>,
+    /// The CPU -> hardware queue maps (default: the driver's, else an even spread).
+    pub maps: Option<QueueMaps>,
+}
+
+impl QueueConfig {
+    /// A queue with `limits`, no elevator, default maps.
+    pub fn new(limits: QueueLimits) -> Self {
+        Self {
+            limits,
+            elevator: None,
+            nr_requests: None,
+            maps: None,
+        }
+    }
+
+    /// With an elevator.
+    pub fn elevator(mut self, elevator: Box<dyn Elevator>) -> Self {
+        self.elevator = Some(elevator);
+        self
+    }
+
+    /// With `nr` scheduler tags.
+    pub fn nr_requests(mut self, nr: usize) -> Self {
+        self.nr_requests = Some(nr);
+        self
+    }
+
+    /// With these queue maps.
+    pub fn maps(mut self, maps: QueueMaps) -> Self {
+        self.maps = Some(maps);
+        self
+    }
+}
+
+impl fmt::Debug for QueueConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("QueueConfig")
+            .field("limits", &self.limits)
+            .field("elevator", &self.elevator.as_ref().map(|e| e.name()))
+            .field("nr_requests", &self.nr_requests)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A hardware context.
+struct HwCtx<D: Driver> {
+    run: AtomicU32,
+    /// Stopped by the driver ([`RequestQueue::stop_hw_queue`]).
+    stopped: AtomicBool,
+    /// Its CPUs are gone: no new requests are made for it.
+    inactive: AtomicBool,
+    /// Requests to issue before anything else (given back, requeued, flushes).
+    dispatch: Lock<D, VecDeque<Rq>>,
+    dispatch_len: AtomicUsize,
+    /// The software contexts mapped here (indices into the queue's), and which have work.
+    ctxs: Box<[usize]>,
+    pending: Box<[AtomicU64]>,
+    /// Where a one-at-a-time pass starts next.
+    next_ctx: AtomicUsize,
+    /// The driver gave up recently: take one request at a time, round robin.
+    busy: AtomicBool,
+    /// The runner's batch.
+    scratch: Lock<D, VecDeque<Rq>>,
+}
+
+/// A software context: one CPU's requests of one queue type.
+struct SwCtx<D: Driver> {
+    list: Lock<D, VecDeque<Rq>>,
+    hctx: usize,
+    /// Its bit in the hardware context's `pending`.
+    pos: usize,
+}
+
+/// What issuing one request came to.
+enum Issued {
+    /// The driver took it.
+    Queued,
+    /// It ended (with an error).
+    Ended,
+    /// Not now: the request, and why.
+    GaveUp(Rq, Status),
+}
+
+/// A request queue: one block device (LUN, namespace) on a [`Host`].
+///
+/// Bios go in through [`submit`](Self::submit) (or a [`Plug`]); the queue checks and splits
+/// them to its [`QueueLimits`], merges them, allocates requests, and issues them to the
+/// driver from per-CPU software queues or an [`Elevator`] through per-hardware-queue
+/// dispatch. The driver ends them with [`end_request`](Self::end_request).
+///
+/// ```
+/// use blkmq_core::*;
+/// use std::sync::Mutex;
+///
+/// /// Holds what it is given until told to complete it.
+/// struct Hold(Mutex<Vec<Rq>>);
+/// impl Driver for Hold {
+///     type Platform = StdPlatform;
+///     type Payload = ();
+///     fn init_request(&self, _: RequestInit) {}
+///     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+///         self.0.lock().unwrap().push(rq);
+///         Ok(())
+///     }
+/// }
+///
+/// let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold(Mutex::new(Vec::new())))
+///     .unwrap();
+/// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+/// queue.submit(Bio::new(Op::Write, 0, 8)).unwrap();
+/// queue.submit(Bio::new(Op::Read, 2048, 8)).unwrap(); // past the end: fails at once
+/// let held: Vec<Rq> = host.driver().0.lock().unwrap().drain(..).collect();
+/// assert_eq!(held.len(), 1);
+/// for rq in held {
+///     queue.end_request(rq, Status::Ok);
+/// }
+/// assert_eq!(host.set().busy(), 0);
+/// ```
+pub struct RequestQueue<D: Driver> {
+    host: Arc<Host<D>>,
+    slot: usize,
+    limits: QueueLimits,
+    maps: QueueMaps,
+    hctxs: Box<[HwCtx<D>]>,
+    ctxs: Box<[SwCtx<D>]>,
+    /// Changed only frozen (no usage) and quiesced (no runner): see [`Self::tags`].
+    tags: UnsafeCell<QueueTags<D::Payload, D::Platform>>,
+    elevator: Lock<D, Option<Box<dyn Elevator>>>,
+    has_elevator: AtomicBool,
+    restart: RestartSet,
+    kicked: RestartSet,
+    /// Holders (requests, submitters, timeout checks) and the frozen flag.
+    usage: AtomicUsize,
+    freeze_depth: AtomicUsize,
+    quiesced: AtomicUsize,
+    requeue: Lock<D, VecDeque<Rq>>,
+    splits: SplitPool<Raw<D>>,
+    timeouts: AtomicU64,
+}
+
+// SAFETY: the `UnsafeCell` around the tags is written only while no other thread can reach
+// them (see `tags`); everything else is `Sync` on its own.
+unsafe impl<D: Driver> Sync for RequestQueue<D> where QueueTags<D::Payload, D::Platform>: Sync {}
+
+impl<D: Driver> RequestQueue<D> {
+    fn new(host: &Arc<Host<D>>, config: QueueConfig) -> Result<Arc<Self>, ConfigError> {
+        config.limits.validate()?;
+        let set = &host.set;
+        let nr_hw = set.nr_hw_queues();
+        let nr_cpus = set.nr_cpus();
+        let maps = match config.maps {
+            Some(maps) => maps,
+            None => match host.driver.map_queues(nr_cpus, nr_hw) {
+                Some(maps) => maps,
+                None => QueueMaps::spread(nr_cpus, nr_hw)?,
+            },
+        };
+        if maps.nr_hw_queues() > nr_hw
+            || QueueType::ALL
+                .iter()
+                .filter_map(|k| maps.map(*k))
+                .any(|m| m.nr_cpus() != nr_cpus)
+        {
+            return Err(ConfigError::BadQueueMap {
+                cpu: 0,
+                hctx: maps.nr_hw_queues(),
+            });
+        }
+        let mut tags = set.attach().map_err(|_| ConfigError::QueueBusy)?;
+        let capacity = set.depth() + config.nr_requests.unwrap_or(2 * set.depth().min(128));
+        if let Some(elevator) = &config.elevator {
+            tags.attach_scheduler(config.nr_requests, |init| host.driver.init_request(init))?;
+            if let Some(depth) = elevator.min_shallow_depth() {
+                tags.set_min_shallow_depth(depth)?;
+            }
+        }
+        // Software contexts, (cpu, type) in order, each mapped to its hardware queue.
+        let mut ctx_hctx = Vec::new();
+        for cpu in 0..nr_cpus {
+            for kind in QueueType::ALL {
+                ctx_hctx.push(maps.map(kind).map(|m| m.hctx(cpu)));
+            }
+        }
+        let mut per_hctx: Vec<Vec<usize>> = (0..nr_hw).map(|_| Vec::new()).collect();
+        let mut ctxs = Vec::with_capacity(ctx_hctx.len());
+        for (index, hctx) in ctx_hctx.iter().enumerate() {
+            let (hctx, pos, cap) = match *hctx {
+                Some(h) => {
+                    per_hctx[h].push(index);
+                    (h, per_hctx[h].len() - 1, capacity)
+                }
+                None => (0, usize::MAX, 0),
+            };
+            ctxs.push(SwCtx {
+                list: lock_api::Mutex::new(VecDeque::with_capacity(cap)),
+                hctx,
+                pos,
+            });
+        }
+        let hctxs = per_hctx
+            .into_iter()
+            .map(|ctxs| HwCtx {
+                run: AtomicU32::new(0),
+                stopped: AtomicBool::new(false),
+                inactive: AtomicBool::new(false),
+                dispatch: lock_api::Mutex::new(VecDeque::with_capacity(capacity)),
+                dispatch_len: AtomicUsize::new(0),
+                pending: (0..ctxs.len().div_ceil(64))
+                    .map(|_| AtomicU64::new(0))
+                    .collect(),
+                ctxs: ctxs.into_boxed_slice(),
+                next_ctx: AtomicUsize::new(0),
+                busy: AtomicBool::new(false),
+                scratch: lock_api::Mutex::new(VecDeque::with_capacity(capacity)),
+            })
+            .collect();
+        let mut slots = host.queues.lock();
+        let slot = slots
+            .iter()
+            .position(Option::is_none)
+            .ok_or(ConfigError::QueueBusy)?;
+        let mut elevator = config.elevator;
+        let nr_keys = tags.nr_keys();
+        if let (Some(e), Some(nr)) = (elevator.as_mut(), tags.nr_requests()) {
+            e.depth_updated(nr, nr_keys);
+        }
+        let queue = Arc::new(Self {
+            host: host.clone(),
+            slot,
+            limits: config.limits,
+            maps,
+            hctxs,
+            ctxs: ctxs.into_boxed_slice(),
+            has_elevator: AtomicBool::new(elevator.is_some()),
+            elevator: lock_api::Mutex::new(elevator),
+            tags: UnsafeCell::new(tags),
+            restart: RestartSet::new(nr_hw)?,
+            kicked: RestartSet::new(nr_hw)?,
+            usage: AtomicUsize::new(0),
+            freeze_depth: AtomicUsize::new(0),
+            quiesced: AtomicUsize::new(0),
+            requeue: lock_api::Mutex::new(VecDeque::with_capacity(capacity)),
+            splits: SplitPool::new(2 * capacity),
+            timeouts: AtomicU64::new(0),
+        });
+        slots[slot] = Some(Arc::downgrade(&queue));
+        Ok(queue)
+    }
+
+    /// The tags.
+    #[inline(always)]
+    fn tags(&self) -> &QueueTags<D::Payload, D::Platform> {
+        // SAFETY: the tags are replaced (`switch_elevator`) only while the queue is frozen
+        // with no usage left, so no request, submitter or timeout check is inside, and
+        // quiesced with no runner, so no dispatch is; every path here reaches the tags
+        // holding a usage count or as a runner of an unquiesced queue.
+        unsafe { &*self.tags.get() }
+    }
+
+    /// The host.
+    pub fn host(&self) -> &Arc<Host<D>> {
+        &self.host
+    }
+
+    /// The driver.
+    pub fn driver(&self) -> &D {
+        &self.host.driver
+    }
+
+    /// The platform.
+    pub fn platform(&self) -> &D::Platform {
+        self.host.set.platform()
+    }
+
+    /// The queue's limits.
+    pub fn limits(&self) -> &QueueLimits {
+        &self.limits
+    }
+
+    /// The queue's maps.
+    pub fn maps(&self) -> &QueueMaps {
+        &self.maps
+    }
+
+    /// Its hardware queues.
+    pub fn nr_hw_queues(&self) -> usize {
+        self.hctxs.len()
+    }
+
+    /// The request tags of this queue.
+    pub fn queue_tags(&self) -> &QueueTags<D::Payload, D::Platform> {
+        self.tags()
+    }
+
+    /// The shared side of one of this queue's requests.
+    pub fn request(&self, rq: &Rq) -> Option<&Request<D::Payload>> {
+        self.tags().request(rq).ok()
+    }
+
+    /// The I/O of one of this queue's requests.
+    pub fn io<'a>(&'a self, rq: &'a Rq) -> Option<&'a RqIo> {
+        self.tags().io(rq).ok()
+    }
+
+    /// Calls `f` with every bio of a request, in order.
+    pub fn for_each_bio(&self, rq: &Rq, f: impl FnMut(&Bio)) {
+        let _ = self.tags().for_each_bio(rq, f);
+    }
+
+    /// The elevator's name, if there is one.
+    pub fn elevator_name(&self) -> Option<&'static str> {
+        self.elevator.lock().as_ref().map(|e| e.name())
+    }
+
+    /// Timeouts fired so far.
+    pub fn timeouts(&self) -> u64 {
+        self.timeouts.load(Ordering::Relaxed)
+    }
+
+    /// Requests held by the queue and its users (allocated, not yet freed).
+    pub fn usage(&self) -> usize {
+        self.usage.load(Ordering::SeqCst) & !FROZEN
+    }
+
+    fn cx(&self, hctx: usize) -> HctxCx<'_, D> {
+        HctxCx { queue: self, hctx }
+    }
+
+    fn elv_cx(&self) -> ElvCx<'_> {
+        ElvCx::with_backend(self, &self.limits, self.platform().now_ns())
+    }
+
+    // ----- usage, freeze -----
+
+    /// Takes a usage count unless frozen.
+    #[inline]
+    fn enter(&self) -> bool {
+        if self.usage.fetch_add(1, Ordering::SeqCst) & FROZEN == 0 {
+            return true;
+        }
+        self.usage.fetch_sub(1, Ordering::SeqCst);
+        false
+    }
+
+    #[inline]
+    fn exit(&self) {
+        self.usage.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Starts a freeze: new bios are refused (given back by [`submit`](Self::submit)) until
+    /// [`unfreeze`](Self::unfreeze). Nests.
+    pub fn freeze_start(&self) {
+        if self.freeze_depth.fetch_add(1, Ordering::SeqCst) == 0 {
+            self.usage.fetch_or(FROZEN, Ordering::SeqCst);
+        }
+    }
+
+    /// Whether a started freeze has drained: no request of the queue is left.
+    pub fn is_drained(&self) -> bool {
+        self.usage.load(Ordering::SeqCst) & !FROZEN == 0
+    }
+
+    /// Freezes the queue and waits until every request in it has ended (Linux's
+    /// `blk_mq_freeze_queue`). The waiting spins; completions must come from elsewhere (other
+    /// threads, or the driver inline).
+    pub fn freeze(&self) {
+        self.freeze_start();
+        while !self.is_drained() {
+            self.kick_requeue_list();
+            wait_a_little();
+        }
+    }
+
+    /// Undoes one freeze; the last one lets bios in again.
+    pub fn unfreeze(&self) {
+        if self.freeze_depth.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.usage.fetch_and(!FROZEN, Ordering::SeqCst);
+        }
+    }
+
+    /// Whether the queue is frozen.
+    pub fn is_frozen(&self) -> bool {
+        self.usage.load(Ordering::SeqCst) & FROZEN != 0
+    }
+
+    // ----- quiesce -----
+
+    /// Stops calls of [`Driver::queue_rq`] on this queue and waits for those under way.
+    /// Requests keep queueing. Nests. Not to be called from the driver's `queue_rq`.
+    pub fn quiesce(&self) {
+        self.quiesced.fetch_add(1, Ordering::SeqCst);
+        seqcst_pair();
+        self.wait_runs();
+    }
+
+    fn wait_runs(&self) {
+        for hctx in self.hctxs.iter() {
+            while hctx.run.load(Ordering::SeqCst) & RUNNING != 0 {
+                wait_a_little();
+            }
+        }
+    }
+
+    /// Undoes one [`quiesce`](Self::quiesce); the last one runs the queue.
+    pub fn unquiesce(&self) {
+        if self.quiesced.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.run_hw_queues();
+        }
+    }
+
+    /// Whether the queue (or its host) is quiesced.
+    pub fn is_quiesced(&self) -> bool {
+        self.quiesced.load(Ordering::SeqCst) != 0 || self.host.is_quiesced()
+    }
+
+    /// Whether dispatch must not call the driver on `hctx` now.
+    #[inline]
+    fn halted(&self, hctx: usize) -> bool {
+        self.quiesced.load(Ordering::SeqCst) != 0
+            || self.host.quiesced.load(Ordering::SeqCst) != 0
+            || self.hctxs[hctx].stopped.load(Ordering::SeqCst)
+    }
+
+    /// Stops dispatch on one hardware queue (a driver out of resources for a while).
+    pub fn stop_hw_queue(&self, hctx: usize) {
+        if let Some(h) = self.hctxs.get(hctx) {
+            h.stopped.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// Lets a stopped hardware queue dispatch again, and runs it.
+    pub fn start_hw_queue(&self, hctx: usize) {
+        if let Some(h) = self.hctxs.get(hctx) {
+            h.stopped.store(false, Ordering::SeqCst);
+            self.run_hw_queue(hctx);
+        }
+    }
+
+    // ----- hardware queue deactivation -----
+
+    /// The CPUs of `hctx` went away: no request is made for it any more (its CPUs' bios
+    /// go to another active hardware queue); what it holds still dispatches and completes.
+    /// Returns whether it has drained already (see [`is_hctx_drained`](Self::is_hctx_drained)).
+    pub fn deactivate_hctx(&self, hctx: usize) -> bool {
+        let Some(h) = self.hctxs.get(hctx) else {
+            return true;
+        };
+        h.inactive.store(true, Ordering::SeqCst);
+        self.run_hw_queue(hctx);
+        self.is_hctx_drained(hctx)
+    }
+
+    /// Whether no request of this queue is allocated on `hctx`.
+    pub fn is_hctx_drained(&self, hctx: usize) -> bool {
+        let mut busy = false;
+        self.tags().for_each_busy(Some(hctx), |_| {
+            busy = true;
+            false
+        });
+        !busy && self.hctx_is_empty(hctx)
+    }
+
+    /// Its CPUs are back.
+    pub fn activate_hctx(&self, hctx: usize) {
+        if let Some(h) = self.hctxs.get(hctx) {
+            h.inactive.store(false, Ordering::SeqCst);
+        }
+    }
+
+    fn hctx_is_empty(&self, hctx: usize) -> bool {
+        let h = &self.hctxs[hctx];
+        h.dispatch_len.load(Ordering::SeqCst) == 0
+            && h.pending.iter().all(|w| w.load(Ordering::SeqCst) == 0)
+    }
+
+    // ----- submission -----
+
+    /// The calling CPU, within the set's.
+    #[inline]
+    fn cpu(&self) -> usize {
+        self.platform()
+            .current_cpu()
+            .min(self.host.set.nr_cpus() - 1)
+    }
+
+    /// The CPU and the hardware queue for a bio.
+    #[inline]
+    fn place(&self, bio: &Bio) -> Option<(usize, usize, QueueType)> {
+        let cpu = self.cpu();
+        let (kind, hctx) = self.maps.select(cpu, bio.op, bio.flags);
+        if !self.hctxs[hctx].inactive.load(Ordering::Relaxed) {
+            return Some((cpu, hctx, kind));
+        }
+        let other = self
+            .hctxs
+            .iter()
+            .position(|h| !h.inactive.load(Ordering::SeqCst))?;
+        Some((cpu, other, kind))
+    }
+
+    /// Submits a bio: checked against the limits (a bad one ends at once with its status),
+    /// split to them, merged where it can be, else put in a request and issued.
+    ///
+    /// Never waits. A bio the queue cannot take now — no request free, the queue frozen —
+    /// comes back, to be submitted again later (a piece of a split bio, when part of it
+    /// went in: submit that).
+    ///
+    /// # Errors
+    /// The bio, untouched, when it cannot go in now.
+    pub fn submit(&self, bio: Bio) -> Result<(), Bio> {
+        self.submit_inner(bio, None)
+    }
+
+    /// Submits a bio into a plug: requests gather there until the plug flushes.
+    ///
+    /// # Errors
+    /// As [`submit`](Self::submit).
+    pub fn submit_plugged<'q>(&'q self, plug: &mut Plug<'q, D>, bio: Bio) -> Result<(), Bio> {
+        self.submit_inner(bio, Some(plug))
+    }
+
+    /// Submits a bio, waiting (spinning, with `std` yielding the thread) while it cannot go
+    /// in. A bio marked [`BioFlags::NOWAIT`] ends with [`Status::Again`] instead of waiting.
+    pub fn submit_wait(&self, mut bio: Bio) {
+        loop {
+            match self.submit(bio) {
+                Ok(()) => return,
+                Err(back) if back.flags.contains(BioFlags::NOWAIT) => {
+                    self.splits.end(back, Status::Again);
+                    return;
+                }
+                Err(back) => bio = back,
+            }
+            self.kick_requeue_list();
+            wait_a_little();
+        }
+    }
+
+    fn submit_inner<'q>(&'q self, bio: Bio, mut plug: Option<&mut Plug<'q, D>>) -> Result<(), Bio> {
+        let piece = self.splits.is_piece(&bio);
+        if !piece {
+            if let Some(status) = self.limits.check(&bio) {
+                bio.complete(status);
+                return Ok(());
+            }
+        }
+        let len = self.split_len(&bio);
+        if len >= bio.sectors {
+            return self.submit_one(bio, plug.as_deref_mut());
+        }
+        let mut rest = if piece { bio } else { self.splits.start(bio)? };
+        loop {
+            let len = self.split_len(&rest);
+            if len >= rest.sectors {
+                return self.submit_one(rest, plug.as_deref_mut());
+            }
+            let (first, tail) = self.splits.cut(rest, len);
+            match self.submit_one(first, plug.as_deref_mut()) {
+                Ok(()) => rest = tail,
+                Err(first) => return Err(self.splits.rejoin(first, tail)),
+            }
+        }
+    }
+
+    fn split_len(&self, bio: &Bio) -> u32 {
+        let block = self.limits.logical_block_size / crate::bio::SECTOR_SIZE as u32;
+        self.limits.split_len(bio).max(block.min(bio.sectors))
+    }
+
+    /// Submits a bio that fits one request.
+    fn submit_one<'q>(&'q self, bio: Bio, plug: Option<&mut Plug<'q, D>>) -> Result<(), Bio> {
+        if !self.enter() {
+            return Err(bio);
+        }
+        let Some((cpu, hctx, kind)) = self.place(&bio) else {
+            self.exit();
+            self.splits.end(bio, Status::IoErr);
+            return Ok(());
+        };
+        let mut bio = bio;
+        let mut plug = plug;
+        if mergeable(&bio) {
+            if let Some(plug) = plug.as_deref_mut() {
+                match plug.try_merge(self, bio) {
+                    Ok(()) => {
+                        self.exit();
+                        return Ok(());
+                    }
+                    Err(back) => bio = back,
+                }
+            }
+            match self.try_merge(cpu, kind, bio) {
+                Ok(()) => {
+                    self.exit();
+                    return Ok(());
+                }
+                Err(back) => bio = back,
+            }
+        }
+        self.alloc_and_go(bio, cpu, hctx, kind, plug)
+    }
+
+    /// With the usage count held: a request for `bio`, then plug, insert or issue.
+    fn alloc_and_go<'q>(
+        &'q self,
+        bio: Bio,
+        cpu: usize,
+        hctx: usize,
+        kind: QueueType,
+        plug: Option<&mut Plug<'q, D>>,
+    ) -> Result<(), Bio> {
+        let tags = self.tags();
+        let elevated = self.has_elevator.load(Ordering::Relaxed) && bio.op != Op::Flush;
+        let mut alloc = Alloc::new(hctx, cpu);
+        if elevated {
+            alloc.shallow_depth = self
+                .elevator
+                .lock()
+                .as_ref()
+                .and_then(|e| e.limit_depth(bio.op, bio.flags));
+        }
+        let mut rq = match tags.alloc(&alloc) {
+            Ok(rq) => rq,
+            Err(TagError::WouldBlock) => {
+                self.exit();
+                return Err(bio);
+            }
+            Err(_) => {
+                self.exit();
+                self.splits.end(bio, Status::IoErr);
+                return Ok(());
+            }
+        };
+        let segments = self.limits.segments(bio.op, bio.sector, bio.sectors);
+        if tags.set_bio(&mut rq, bio).is_err() {
+            // Our own fresh request: cannot fail. Should it, nothing is lost.
+            let _ = tags.free(rq);
+            self.exit();
+            self.splits.end(bio, Status::IoErr);
+            return Ok(());
+        }
+        if let Ok(io) = tags.io_mut(&mut rq) {
+            io.segments = segments;
+        }
+        if elevated {
+            let cx = self.elv_cx();
+            if let Some(e) = self.elevator.lock().as_mut() {
+                e.prepare_request(&cx, &mut rq);
+            }
+        }
+        if let Some(plug) = plug {
+            plug.add(self, rq);
+            return Ok(());
+        }
+        self.insert_and_run(rq, cpu, hctx, kind, elevated);
+        Ok(())
+    }
+
+    /// Inserts a fresh request (or issues it directly when the hardware queue is idle and
+    /// unscheduled) and runs its hardware queue.
+    fn insert_and_run(&self, rq: Rq, cpu: usize, hctx: usize, kind: QueueType, elevated: bool) {
+        if elevated {
+            let cx = self.elv_cx();
+            if let Some(e) = self.elevator.lock().as_mut() {
+                e.insert_requests(&cx, &mut core::iter::once(rq), false);
+            } else {
+                // The elevator went away under us (it cannot: switching freezes first).
+                self.push_dispatch(hctx, rq, false);
+            }
+            self.run_hw_queue(hctx);
+            return;
+        }
+        let h = &self.hctxs[hctx];
+        let flush = self.io(&rq).is_some_and(|io| io.op() == Op::Flush);
+        if flush {
+            self.push_dispatch(hctx, rq, false);
+            self.run_hw_queue(hctx);
+            return;
+        }
+        // Direct issue: nothing queued ahead, the hardware not busy, and nobody running it.
+        if h.dispatch_len.load(Ordering::Relaxed) == 0
+            && !h.busy.load(Ordering::Relaxed)
+            && h.run
+                .compare_exchange(0, RUNNING, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+        {
+            if self.halted(hctx) {
+                self.push_ctx(cpu, kind, rq);
+            } else {
+                let epoch = self.host.epoch.load(Ordering::SeqCst);
+                if let Issued::GaveUp(rq, status) = self.issue_one(hctx, rq, true, false) {
+                    let mut batch = h.scratch.lock();
+                    batch.push_back(rq);
+                    self.give_up(hctx, &mut batch, epoch, status);
+                }
+            }
+            self.finish_run(hctx);
+            return;
+        }
+        self.push_ctx(cpu, kind, rq);
+        self.run_hw_queue(hctx);
+    }
+
+    fn push_ctx(&self, cpu: usize, kind: QueueType, rq: Rq) {
+        let index = cpu * QueueType::ALL.len() + kind as usize;
+        let ctx = &self.ctxs[index];
+        ctx.list.lock().push_back(rq);
+        let h = &self.hctxs[ctx.hctx];
+        h.pending[ctx.pos / 64].fetch_or(1 << (ctx.pos % 64), Ordering::SeqCst);
+    }
+
+    fn push_dispatch(&self, hctx: usize, rq: Rq, at_head: bool) {
+        let h = &self.hctxs[hctx];
+        let mut list = h.dispatch.lock();
+        if at_head {
+            list.push_front(rq);
+        } else {
+            list.push_back(rq);
+        }
+        h.dispatch_len.store(list.len(), Ordering::SeqCst);
+    }
+
+    /// Merges `bio` into a queued request: through the elevator, or a short reverse scan of
+    /// this CPU's software queue.
+    fn try_merge(&self, cpu: usize, kind: QueueType, bio: Bio) -> Result<(), Bio> {
+        if self.has_elevator.load(Ordering::Relaxed) {
+            let cx = self.elv_cx();
+            let mut guard = self.elevator.lock();
+            return match guard.as_mut() {
+                Some(e) => e.bio_merge(&cx, bio),
+                None => Err(bio),
+            };
+        }
+        let index = cpu * QueueType::ALL.len() + kind as usize;
+        let ctx = &self.ctxs[index];
+        let mut list = ctx.list.lock();
+        let tags = self.tags();
+        for rq in list.iter_mut().rev().take(CTX_MERGE_SCAN) {
+            if merge_into(tags, &self.limits, rq, &bio) {
+                return Ok(());
+            }
+        }
+        Err(bio)
+    }
+
+    // ----- running and dispatch -----
+
+    /// Runs hardware queue `hctx`: dispatches what it holds to the driver, unless someone
+    /// else is doing so (who then goes round again).
+    pub fn run_hw_queue(&self, hctx: usize) {
+        let Some(h) = self.hctxs.get(hctx) else {
+            return;
+        };
+        if h.run.fetch_or(PENDING, Ordering::SeqCst) & RUNNING != 0 {
+            return;
+        }
+        loop {
+            let cur = h.run.load(Ordering::SeqCst);
+            if cur & RUNNING != 0 || cur & PENDING == 0 {
+                return;
+            }
+            if h.run
+                .compare_exchange(cur, RUNNING, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+            {
+                break;
+            }
+        }
+        self.dispatch(hctx);
+        self.finish_run(hctx);
+    }
+
+    /// As the runner: stop, unless a run was asked for meanwhile — then dispatch again.
+    fn finish_run(&self, hctx: usize) {
+        let h = &self.hctxs[hctx];
+        loop {
+            if h.run
+                .compare_exchange(RUNNING, 0, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+            {
+                return;
+            }
+            h.run.fetch_and(!PENDING, Ordering::SeqCst);
+            self.dispatch(hctx);
+        }
+    }
+
+    /// Runs every hardware queue with work (after unquiesce, unfreeze, a start).
+    pub fn run_hw_queues(&self) {
+        for hctx in 0..self.hctxs.len() {
+            if self.has_work(hctx) {
+                self.run_hw_queue(hctx);
+            }
+        }
+    }
+
+    /// Whether `hctx` holds requests to dispatch.
+    pub fn has_work(&self, hctx: usize) -> bool {
+        if !self.hctx_is_empty(hctx) {
+            return true;
+        }
+        self.has_elevator.load(Ordering::SeqCst)
+            && self
+                .elevator
+                .lock()
+                .as_ref()
+                .is_some_and(|e| e.has_work(hctx))
+    }
+
+    /// Asks the platform to run `hctx` soon, from another context.
+    fn kick(&self, hctx: usize) {
+        self.kicked.mark(hctx);
+        self.host.kicked.mark(self.slot);
+        self.platform().kick(hctx);
+    }
+
+    /// A completion found `hctx` waiting: run it here, or (blocking drivers) kick it.
+    fn rerun(&self, hctx: usize) {
+        if self.host.set.flags().contains(TagSetFlags::BLOCKING) {
+            self.kick(hctx);
+        } else {
+            self.run_hw_queue(hctx);
+        }
+    }
+
+    /// The runner's work: the dispatch list, then the elevator or the software queues.
+    fn dispatch(&self, hctx: usize) {
+        if self.halted(hctx) {
+            return;
+        }
+        let epoch = self.host.epoch.load(Ordering::SeqCst);
+        let h = &self.hctxs[hctx];
+        let mut batch = h.scratch.lock();
+        if h.dispatch_len.load(Ordering::SeqCst) != 0 {
+            {
+                let mut list = h.dispatch.lock();
+                batch.extend(list.drain(..));
+                h.dispatch_len.store(0, Ordering::SeqCst);
+            }
+            if !self.issue_batch(hctx, &mut batch, epoch) {
+                return;
+            }
+        }
+        if self.has_elevator.load(Ordering::SeqCst) {
+            self.dispatch_elevator(hctx, &mut batch, epoch);
+            return;
+        }
+        if h.busy.load(Ordering::Relaxed) {
+            // One at a time, round robin over the CPUs, while the hardware is busy.
+            loop {
+                if !self.take_one(hctx, &mut batch) {
+                    h.busy.store(false, Ordering::Relaxed);
+                    return;
+                }
+                if !self.issue_batch(hctx, &mut batch, epoch) {
+                    return;
+                }
+            }
+        }
+        self.take_all(hctx, &mut batch);
+        if !batch.is_empty() {
+            self.issue_batch(hctx, &mut batch, epoch);
+        }
+    }
+
+    /// Moves every request of `hctx`'s software queues into `batch`.
+    fn take_all(&self, hctx: usize, batch: &mut VecDeque<Rq>) {
+        let h = &self.hctxs[hctx];
+        for (w, word) in h.pending.iter().enumerate() {
+            let mut bits = word.swap(0, Ordering::SeqCst);
+            while bits != 0 {
+                let pos = w * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                batch.extend(self.ctxs[h.ctxs[pos]].list.lock().drain(..));
+            }
+        }
+    }
+
+    /// Moves one request, from the next software queue with work, into `batch`.
+    fn take_one(&self, hctx: usize, batch: &mut VecDeque<Rq>) -> bool {
+        let h = &self.hctxs[hctx];
+        let n = h.ctxs.len();
+        let start = h.next_ctx.load(Ordering::Relaxed);
+        for i in 0..n {
+            let pos = (start + i) % n;
+            let bit = 1u64 << (pos % 64);
+            if h.pending[pos / 64].load(Ordering::SeqCst) & bit == 0 {
+                continue;
+            }
+            h.pending[pos / 64].fetch_and(!bit, Ordering::SeqCst);
+            let mut list = self.ctxs[h.ctxs[pos]].list.lock();
+            if let Some(rq) = list.pop_front() {
+                if !list.is_empty() {
+                    h.pending[pos / 64].fetch_or(bit, Ordering::SeqCst);
+                }
+                drop(list);
+                batch.push_back(rq);
+                h.next_ctx.store(pos + 1, Ordering::Relaxed);
+                return true;
+            }
+        }
+        false
+    }
+
+    fn dispatch_elevator(&self, hctx: usize, batch: &mut VecDeque<Rq>, epoch: u64) {
+        let cx = self.cx(hctx);
+        let driver = self.driver();
+        loop {
+            if self.halted(hctx) {
+                return;
+            }
+            let elv_cx = self.elv_cx();
+            if !self
+                .elevator
+                .lock()
+                .as_ref()
+                .is_some_and(|e| e.has_work(hctx))
+            {
+                return;
+            }
+            if !driver.get_budget(&cx) {
+                self.give_up(hctx, batch, epoch, Status::Resource);
+                return;
+            }
+            let rq = self
+                .elevator
+                .lock()
+                .as_mut()
+                .and_then(|e| e.dispatch_request(&elv_cx, hctx));
+            let Some(rq) = rq else {
+                driver.put_budget(&cx);
+                return;
+            };
+            match self.issue_one(hctx, rq, true, true) {
+                Issued::Queued | Issued::Ended => {}
+                Issued::GaveUp(rq, status) => {
+                    batch.push_back(rq);
+                    self.give_up(hctx, batch, epoch, status);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Issues `batch` in order; on a give-up puts the rest back and arranges the restart.
+    /// Returns whether all of it went.
+    fn issue_batch(&self, hctx: usize, batch: &mut VecDeque<Rq>, epoch: u64) -> bool {
+        let mut pending_commit = false;
+        while let Some(rq) = batch.pop_front() {
+            if self.halted(hctx) {
+                batch.push_front(rq);
+                self.put_back(hctx, batch);
+                if pending_commit {
+                    self.driver().commit_rqs(&self.cx(hctx));
+                }
+                return false;
+            }
+            let last = batch.is_empty();
+            match self.issue_one(hctx, rq, last, false) {
+                Issued::Queued => pending_commit = !last,
+                Issued::Ended => {}
+                Issued::GaveUp(rq, status) => {
+                    batch.push_front(rq);
+                    if pending_commit {
+                        self.driver().commit_rqs(&self.cx(hctx));
+                    }
+                    self.give_up(hctx, batch, epoch, status);
+                    return false;
+                }
+            }
+        }
+        if pending_commit {
+            self.driver().commit_rqs(&self.cx(hctx));
+        }
+        true
+    }
+
+    /// Issues one request: budget (unless held), driver tag, start, `queue_rq` — on the
+    /// request's own hardware queue (an elevator may hand any runner any request).
+    fn issue_one(&self, runner: usize, mut rq: Rq, last: bool, have_budget: bool) -> Issued {
+        let tags = self.tags();
+        let hctx = tags.request(&rq).map_or(runner, |r| r.hctx());
+        let cx = self.cx(hctx);
+        let driver = self.driver();
+        if !have_budget && !driver.get_budget(&cx) {
+            return Issued::GaveUp(rq, Status::Resource);
+        }
+        match tags.get_driver_tag(&mut rq) {
+            Ok(true) => {}
+            Ok(false) => {
+                driver.put_budget(&cx);
+                return Issued::GaveUp(rq, Status::Resource);
+            }
+            Err(_) => {
+                driver.put_budget(&cx);
+                self.end_unissued(rq, Status::IoErr);
+                return Issued::Ended;
+            }
+        }
+        if tags.start(&mut rq, self.platform().now_ns()).is_err() {
+            driver.put_budget(&cx);
+            self.end_unissued(rq, Status::IoErr);
+            return Issued::Ended;
+        }
+        self.host.in_driver.fetch_add(1, Ordering::SeqCst);
+        match driver.queue_rq(&cx, rq, last) {
+            Ok(()) => Issued::Queued,
+            Err(Rejected { mut rq, status }) => {
+                self.host.in_driver.fetch_sub(1, Ordering::SeqCst);
+                driver.put_budget(&cx);
+                if matches!(status, Status::Resource | Status::DevResource) {
+                    let _ = tags.requeue(&mut rq);
+                    Issued::GaveUp(rq, status)
+                } else {
+                    let status = if status.is_ok() {
+                        Status::IoErr
+                    } else {
+                        status
+                    };
+                    self.end_unissued(rq, status);
+                    Issued::Ended
+                }
+            }
+        }
+    }
+
+    /// Puts `batch` back at the head of `hctx`'s dispatch list, in order.
+    fn put_back(&self, hctx: usize, batch: &mut VecDeque<Rq>) {
+        let h = &self.hctxs[hctx];
+        let mut list = h.dispatch.lock();
+        while let Some(rq) = batch.pop_back() {
+            list.push_front(rq);
+        }
+        h.dispatch_len.store(list.len(), Ordering::SeqCst);
+    }
+
+    /// The dispatch gives up: requests back, restart marked, and the completion epoch
+    /// checked so a completion that came in meanwhile is not missed.
+    fn give_up(&self, hctx: usize, batch: &mut VecDeque<Rq>, epoch: u64, status: Status) {
+        self.put_back(hctx, batch);
+        let h = &self.hctxs[hctx];
+        h.busy.store(true, Ordering::Relaxed);
+        self.restart.mark(hctx);
+        self.host.restart.mark(self.slot);
+        seqcst_pair();
+        if self.host.epoch.load(Ordering::SeqCst) != epoch {
+            // A completion came in after we read the epoch; it may have drained before our
+            // mark. Go round again ourselves.
+            h.run.fetch_or(PENDING, Ordering::SeqCst);
+        } else if self.host.in_driver.load(Ordering::SeqCst) == 0 {
+            // Nothing in flight can complete and restart us: have the platform run us.
+            let _ = status;
+            self.kick(hctx);
+        }
+    }
+
+    // ----- completion -----
+
+    /// Ends a request the driver took: its bios end with `status` (each piece of a split bio
+    /// counting towards its parent), its tags and budget go back, and the hardware queues
+    /// waiting for that rerun.
+    pub fn end_request(&self, rq: Rq, status: Status) {
+        self.end_one(rq, status, true);
+        self.host.restart();
+    }
+
+    /// Ends a batch of requests the driver took (Linux's batched completion): as
+    /// [`end_request`](Self::end_request) for each, with one restart pass at the end.
+    pub fn end_requests(&self, batch: impl IntoIterator<Item = (Rq, Status)>) {
+        let mut any = false;
+        for (rq, status) in batch {
+            self.end_one(rq, status, true);
+            any = true;
+        }
+        if any {
+            self.host.restart();
+        }
+    }
+
+    /// Ends a request that never reached the driver (an error before issue).
+    fn end_unissued(&self, rq: Rq, status: Status) {
+        self.end_one(rq, status, false);
+        self.host.restart();
+    }
+
+    fn end_one(&self, rq: Rq, status: Status, issued: bool) {
+        let tags = self.tags();
+        let hctx = tags.request(&rq).map_or(0, |r| r.hctx());
+        let cx = self.cx(hctx);
+        if let Ok(request) = tags.request(&rq) {
+            self.driver().complete(&cx, request);
+        }
+        if self.has_elevator.load(Ordering::Relaxed)
+            && tags.io(&rq).is_ok_and(|io| io.op() != Op::Flush)
+        {
+            let elv_cx = self.elv_cx();
+            if let Some(e) = self.elevator.lock().as_mut() {
+                if issued {
+                    e.completed_request(&elv_cx, &rq, elv_cx.now_ns());
+                }
+                e.finish_request(&elv_cx, &rq);
+            }
+        }
+        let splits = &self.splits;
+        if tags
+            .complete_with(rq, status, &mut |bio, status| splits.end(bio, status))
+            .is_ok()
+        {
+            self.exit();
+        }
+        if issued {
+            self.host.in_driver.fetch_sub(1, Ordering::SeqCst);
+            self.driver().put_budget(&cx);
+        }
+    }
+
+    /// Frees a request whose bios merged into another.
+    fn free_merged(&self, rq: Rq) {
+        if self.tags().free(rq).is_ok() {
+            self.exit();
+        }
+    }
+
+    /// Polls hardware queue `hctx` for completions ([`Driver::poll`]); returns how many.
+    pub fn poll(&self, hctx: usize) -> usize {
+        if hctx >= self.hctxs.len() {
+            return 0;
+        }
+        self.driver().poll(&self.cx(hctx))
+    }
+
+    // ----- requeue -----
+
+    /// Hands a request the driver took back, to be issued again (after a device reset, a
+    /// path change): it waits on the requeue list until
+    /// [`kick_requeue_list`](Self::kick_requeue_list), which `kick` asks for at once.
+    pub fn requeue_request(&self, mut rq: Rq, kick: bool) {
+        let tags = self.tags();
+        let hctx = tags.request(&rq).map_or(0, |r| r.hctx());
+        let _ = tags.requeue(&mut rq);
+        if self.has_elevator.load(Ordering::Relaxed) {
+            let _ = tags.put_driver_tag(&mut rq);
+            let cx = self.elv_cx();
+            if let Some(e) = self.elevator.lock().as_mut() {
+                e.requeue_request(&cx, &rq);
+            }
+        }
+        self.host.in_driver.fetch_sub(1, Ordering::SeqCst);
+        self.driver().put_budget(&self.cx(hctx));
+        self.requeue.lock().push_back(rq);
+        self.host.restart();
+        if kick {
+            self.kick_requeue_list();
+        }
+    }
+
+    /// Sends every requeued request back to dispatch (ahead of new ones) and runs the
+    /// hardware queues.
+    pub fn kick_requeue_list(&self) {
+        loop {
+            let Some(rq) = self.requeue.lock().pop_front() else {
+                return;
+            };
+            let tags = self.tags();
+            let hctx = tags.request(&rq).map_or(0, |r| r.hctx());
+            let elevated = self.has_elevator.load(Ordering::Relaxed)
+                && tags.io(&rq).is_ok_and(|io| io.op() != Op::Flush);
+            if elevated {
+                let cx = self.elv_cx();
+                if let Some(e) = self.elevator.lock().as_mut() {
+                    e.insert_requests(&cx, &mut core::iter::once(rq), true);
+                }
+            } else {
+                self.push_dispatch(hctx, rq, false);
+            }
+            self.run_hw_queue(hctx);
+        }
+    }
+
+    /// Requests waiting on the requeue list.
+    pub fn requeued(&self) -> usize {
+        self.requeue.lock().len()
+    }
+
+    // ----- timeouts -----
+
+    /// Checks every request in flight against its deadline at `now_ns`: an expired one is
+    /// claimed (once per dispatch) and the driver decides ([`Driver::timeout`]). Returns
+    /// how many timed out. Call it periodically (Linux: each second or so).
+    pub fn check_timeouts(&self, now_ns: u64) -> usize {
+        // Only while something is in: the count taken from zero would race a freeze.
+        if self.usage.fetch_add(1, Ordering::SeqCst) & !FROZEN == 0 {
+            self.exit();
+            return 0;
+        }
+        let mut fired = 0;
+        let timeout = self.host.set.timeout_ns();
+        let driver = self.driver();
+        self.tags().for_each_busy(None, |busy| {
+            let request = busy.request;
+            let (generation, state) = request.snapshot();
+            let deadline = request.deadline_ns();
+            if state != RqState::InFlight || deadline > now_ns || deadline == u64::MAX {
+                return true;
+            }
+            if !request.swap_deadline(deadline, u64::MAX) {
+                return true;
+            }
+            if request.snapshot() != (generation, RqState::InFlight) {
+                // Restarted meanwhile: its own deadline was set after ours; put ours back
+                // only if nobody moved it since.
+                request.swap_deadline(u64::MAX, deadline);
+                return true;
+            }
+            fired += 1;
+            match driver.timeout(&self.cx(busy.hctx), request) {
+                TimeoutAction::Done => {}
+                TimeoutAction::ResetTimer => {
+                    request.swap_deadline(u64::MAX, now_ns.saturating_add(timeout));
+                }
+            }
+            true
+        });
+        self.exit();
+        self.timeouts.fetch_add(fired as u64, Ordering::Relaxed);
+        fired
+    }
+
+    // ----- run-time changes -----
+
+    /// Changes the number of scheduler tags (within those made), draining the queue first.
+    ///
+    /// # Errors
+    /// Whatever [`QueueTags::set_nr_requests`] refuses ([`ConfigError::NoScheduler`]
+    /// without an elevator).
+    pub fn set_nr_requests(&self, nr: usize) -> Result<(), ConfigError> {
+        self.freeze();
+        self.quiesce();
+        let result = self.tags().set_nr_requests(nr);
+        if result.is_ok() {
+            let nr_keys = self.tags().nr_keys();
+            if let Some(e) = self.elevator.lock().as_mut() {
+                e.depth_updated(nr, nr_keys);
+            }
+        }
+        self.unquiesce();
+        self.unfreeze();
+        result
+    }
+
+    /// Switches the elevator (or to none) at run time: freezes (draining every request),
+    /// quiesces, swaps the scheduler tags and the elevator, and lets I/O in again.
+    /// Not to be called with requests of this queue in a plug of the calling thread.
+    ///
+    /// # Errors
+    /// [`ConfigError::NoScheduler`] on a `NO_SCHED` set, bad `nr_requests`.
+    pub fn switch_elevator(
+        &self,
+        elevator: Option<Box<dyn Elevator>>,
+        nr_requests: Option<usize>,
+    ) -> Result<(), ConfigError> {
+        self.freeze();
+        self.quiesce();
+        // SAFETY: frozen with no usage left and quiesced with no runner (both waited for
+        // just above): nothing else reaches the tags until we unquiesce.
+        let tags = unsafe { &mut *self.tags.get() };
+        let result = (|| {
+            match &elevator {
+                Some(e) => {
+                    tags.attach_scheduler(nr_requests, |init| self.host.driver.init_request(init))?;
+                    if let Some(depth) = e.min_shallow_depth() {
+                        tags.set_min_shallow_depth(depth)?;
+                    }
+                }
+                None => {
+                    if tags.has_scheduler() {
+                        tags.detach_scheduler()
+                            .map_err(|_| ConfigError::SchedulerBusy)?;
+                    }
+                }
+            }
+            Ok(())
+        })();
+        if result.is_ok() {
+            let mut elevator = elevator;
+            if let (Some(e), Some(nr)) = (elevator.as_mut(), tags.nr_requests()) {
+                e.depth_updated(nr, tags.nr_keys());
+            }
+            self.has_elevator
+                .store(elevator.is_some(), Ordering::SeqCst);
+            *self.elevator.lock() = elevator;
+        }
+        self.unquiesce();
+        self.unfreeze();
+        result
+    }
+}
+
+impl<D: Driver> ElvBackend for RequestQueue<D> {
+    fn io<'a>(&'a self, rq: &'a Rq) -> Result<&'a RqIo, TagError> {
+        self.tags().io(rq)
+    }
+    fn io_mut<'a>(&'a self, rq: &'a mut Rq) -> Result<&'a mut RqIo, TagError> {
+        self.tags().io_mut(rq)
+    }
+    fn append(&self, rq: &mut Rq, bio: Bio) -> Result<Result<(), Bio>, TagError> {
+        self.tags().append_bio(rq, bio)
+    }
+    fn prepend(&self, rq: &mut Rq, bio: Bio) -> Result<Result<(), Bio>, TagError> {
+        self.tags().prepend_bio(rq, bio)
+    }
+    fn absorb(&self, into: &mut Rq, from: &mut Rq) -> Result<bool, TagError> {
+        self.tags().merge_requests(into, from)
+    }
+    fn key(&self, rq: &Rq) -> usize {
+        self.tags().key_of(rq)
+    }
+    fn hctx(&self, rq: &Rq) -> usize {
+        self.tags().request(rq).map_or(0, |r| r.hctx())
+    }
+    fn nr_keys(&self) -> usize {
+        self.tags().nr_keys()
+    }
+    fn free_merged(&self, rq: Rq) {
+        RequestQueue::free_merged(self, rq);
+    }
+}
+
+impl<D: Driver> Drop for RequestQueue<D> {
+    fn drop(&mut self) {
+        // Whatever is still queued here ends with an error; then split parents still
+        // waiting for pieces the driver holds.
+        let mut orphans: Vec<Rq> = Vec::new();
+        orphans.extend(self.requeue.get_mut().drain(..));
+        for h in self.hctxs.iter_mut() {
+            orphans.extend(h.dispatch.get_mut().drain(..));
+            orphans.extend(h.scratch.get_mut().drain(..));
+        }
+        for ctx in self.ctxs.iter_mut() {
+            orphans.extend(ctx.list.get_mut().drain(..));
+        }
+        if let Some(mut e) = self.elevator.get_mut().take() {
+            let cx = ElvCx::with_backend(&*self, &self.limits, 0);
+            for hctx in 0..self.hctxs.len() {
+                while let Some(rq) = e.dispatch_request(&cx, hctx) {
+                    orphans.push(rq);
+                }
+            }
+        }
+        for rq in orphans {
+            let splits = &self.splits;
+            let _ = self
+                .tags()
+                .complete_with(rq, Status::IoErr, &mut |bio, status| {
+                    splits.end(bio, status)
+                });
+        }
+        self.splits.fail_all(Status::IoErr);
+        if let Some(slot) = self.host.queues.lock().get_mut(self.slot) {
+            *slot = None;
+        }
+    }
+}
+
+impl<D: Driver> fmt::Debug for RequestQueue<D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RequestQueue")
+            .field("slot", &self.slot)
+            .field("nr_hw_queues", &self.hctxs.len())
+            .field("usage", &self.usage())
+            .field("elevator", &self.elevator_name())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Whether a bio may merge at all.
+fn mergeable(bio: &Bio) -> bool {
+    bio.op != Op::Flush
+        && !bio
+            .flags
+            .intersects(BioFlags::NOMERGE | BioFlags::PREFLUSH | BioFlags::FUA)
+}
+
+/// Merges `bio` into `rq` if the limits allow; true when it did.
+fn merge_into<T, P: Platform>(
+    tags: &QueueTags<T, P>,
+    limits: &QueueLimits,
+    rq: &mut Rq,
+    bio: &Bio,
+) -> bool {
+    let Ok(io) = tags.io(rq) else {
+        return false;
+    };
+    let Some(kind) = limits.merge_kind(io, bio) else {
+        return false;
+    };
+    let merged = match kind {
+        crate::limits::MergeKind::Back => tags.append_bio(rq, *bio),
+        crate::limits::MergeKind::Front => tags.prepend_bio(rq, *bio),
+    };
+    if !matches!(merged, Ok(Ok(()))) {
+        return false;
+    }
+    if let Ok(io) = tags.io_mut(rq) {
+        io.segments += limits.segments(bio.op, bio.sector, bio.sectors);
+    }
+    true
+}
+
+/// Spins briefly (yields the thread under `std`).
+fn wait_a_little() {
+    #[cfg(all(feature = "std", not(loom)))]
+    std::thread::yield_now();
+    #[cfg(loom)]
+    loom::thread::yield_now();
+    #[cfg(not(any(feature = "std", loom)))]
+    core::hint::spin_loop();
+}
+
+/// A submitter's batch of requests (Linux's `blk_plug`): requests gather here, merging
+/// with each other, until [`flush`](Self::flush) — at [`PLUG_MAX`] requests
+/// ([`PLUG_MAX_MULTI`] across several queues), before a request of [`PLUG_FLUSH_BYTES`]
+/// grows further, or when the plug is dropped. A flush hands them over in order, through
+/// [`Driver::queue_rqs`] when the driver has it.
+///
+/// ```
+/// use blkmq_core::*;
+/// use std::sync::Mutex;
+///
+/// struct Hold(Mutex<Vec<Rq>>);
+/// impl Driver for Hold {
+///     type Platform = StdPlatform;
+///     type Payload = ();
+///     fn init_request(&self, _: RequestInit) {}
+///     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+///         self.0.lock().unwrap().push(rq);
+///         Ok(())
+///     }
+/// }
+///
+/// let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold(Mutex::new(Vec::new())))
+///     .unwrap();
+/// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+/// let mut plug = Plug::new();
+/// queue.submit_plugged(&mut plug, Bio::new(Op::Read, 0, 8)).unwrap();
+/// queue.submit_plugged(&mut plug, Bio::new(Op::Read, 8, 8)).unwrap(); // merges
+/// assert_eq!(plug.len(), 1);
+/// assert!(host.driver().0.lock().unwrap().is_empty());
+/// plug.flush();
+/// let held: Vec<Rq> = host.driver().0.lock().unwrap().drain(..).collect();
+/// assert_eq!(queue.io(&held[0]).unwrap().sectors(), 16);
+/// queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok)));
+/// ```
+pub struct Plug<'q, D: Driver> {
+    rqs: Vec<(&'q RequestQueue<D>, Rq)>,
+    multiple_queues: bool,
+    scratch: VecDeque<Rq>,
+}
+
+impl<'q, D: Driver> Default for Plug<'q, D> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<'q, D: Driver> Plug<'q, D> {
+    /// An empty plug (allocates its room once, here).
+    pub fn new() -> Self {
+        Self {
+            rqs: Vec::with_capacity(PLUG_MAX_MULTI),
+            multiple_queues: false,
+            scratch: VecDeque::with_capacity(PLUG_MAX_MULTI),
+        }
+    }
+
+    /// Requests in the plug.
+    pub fn len(&self) -> usize {
+        self.rqs.len()
+    }
+
+    /// Whether the plug is empty.
+    pub fn is_empty(&self) -> bool {
+        self.rqs.is_empty()
+    }
+
+    /// Merges `bio` into one of the last requests of its queue in the plug.
+    fn try_merge(&mut self, queue: &RequestQueue<D>, bio: Bio) -> Result<(), Bio> {
+        let tags = queue.tags();
+        let elevator = queue
+            .has_elevator
+            .load(Ordering::Relaxed)
+            .then(|| queue.elevator.lock());
+        for (q, rq) in self.rqs.iter_mut().rev().take(CTX_MERGE_SCAN) {
+            if !core::ptr::eq(*q, queue) {
+                continue;
+            }
+            if let Some(Some(e)) = elevator.as_deref() {
+                if !tags.io(rq).is_ok_and(|io| e.allow_merge(io, &bio)) {
+                    continue;
+                }
+            }
+            if merge_into(tags, &queue.limits, rq, &bio) {
+                return Ok(());
+            }
+        }
+        Err(bio)
+    }
+
+    /// Adds a fresh request, flushing first when the plug is full or its last request large.
+    fn add(&mut self, queue: &'q RequestQueue<D>, rq: Rq) {
+        if let Some((first, _)) = self.rqs.first() {
+            if !core::ptr::eq(*first, queue) {
+                self.multiple_queues = true;
+            }
+        }
+        let max = if self.multiple_queues {
+            PLUG_MAX_MULTI
+        } else {
+            PLUG_MAX
+        };
+        let large = self.rqs.last().is_some_and(|(q, last)| {
+            q.io(last)
+                .is_some_and(|io| io.sectors() * crate::bio::SECTOR_SIZE >= PLUG_FLUSH_BYTES)
+        });
+        if self.rqs.len() >= max || large {
+            self.flush();
+        }
+        self.rqs.push((queue, rq));
+    }
+
+    /// Hands every request to its queue, in the order they were made.
+    pub fn flush(&mut self) {
+        let i = 0;
+        while i < self.rqs.len() {
+            let queue = self.rqs[i].0;
+            // The run of requests of this queue, in order.
+            let mut j = i;
+            while j < self.rqs.len() && core::ptr::eq(self.rqs[j].0, queue) {
+                j += 1;
+            }
+            for (_, rq) in self.rqs.drain(i..j) {
+                self.scratch.push_back(rq);
+            }
+            queue.flush_plugged(&mut self.scratch);
+        }
+        self.multiple_queues = false;
+    }
+}
+
+impl<D: Driver> Drop for Plug<'_, D> {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
+impl<D: Driver> fmt::Debug for Plug<'_, D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Plug")
+            .field("len", &self.rqs.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<D: Driver> RequestQueue<D> {
+    /// Takes a flushed plug's requests of this queue (all of `rqs`), in order.
+    fn flush_plugged(&self, rqs: &mut VecDeque<Rq>) {
+        let elevated = self.has_elevator.load(Ordering::Relaxed);
+        if elevated {
+            let mut last_hctx = usize::MAX;
+            while let Some(rq) = rqs.pop_front() {
+                let hctx = self.request(&rq).map_or(0, |r| r.hctx());
+                if self.io(&rq).is_some_and(|io| io.op() == Op::Flush) {
+                    self.push_dispatch(hctx, rq, false);
+                } else {
+                    let cx = self.elv_cx();
+                    if let Some(e) = self.elevator.lock().as_mut() {
+                        e.insert_requests(&cx, &mut core::iter::once(rq), false);
+                    }
+                }
+                if hctx != last_hctx && last_hctx != usize::MAX {
+                    self.run_hw_queue(last_hctx);
+                }
+                last_hctx = hctx;
+            }
+            if last_hctx != usize::MAX {
+                self.run_hw_queue(last_hctx);
+            }
+            return;
+        }
+        if D::QUEUE_RQS && !self.host.set.is_shared() {
+            self.issue_list(rqs);
+        }
+        // Into the software queues, then run each hardware queue touched once.
+        let cpu = self.cpu();
+        let mut last_hctx = usize::MAX;
+        while let Some(rq) = rqs.pop_front() {
+            let hctx = self.request(&rq).map_or(0, |r| r.hctx());
+            let kind = self.io(&rq).map_or(QueueType::Default, |io| {
+                self.maps.select(cpu, io.op(), io.flags()).0
+            });
+            if self.io(&rq).is_some_and(|io| io.op() == Op::Flush) {
+                self.push_dispatch(hctx, rq, false);
+            } else {
+                self.push_ctx_for(cpu, kind, hctx, rq);
+            }
+            if hctx != last_hctx && last_hctx != usize::MAX {
+                self.run_hw_queue(last_hctx);
+            }
+            last_hctx = hctx;
+        }
+        if last_hctx != usize::MAX {
+            self.run_hw_queue(last_hctx);
+        }
+    }
+
+    /// Queues `rq` on the software queue of `cpu` that feeds `hctx` (the request was made
+    /// for `hctx`; if `cpu`'s context maps elsewhere, on the hardware queue's dispatch list).
+    fn push_ctx_for(&self, cpu: usize, kind: QueueType, hctx: usize, rq: Rq) {
+        let index = cpu * QueueType::ALL.len() + kind as usize;
+        if self.ctxs[index].hctx == hctx && self.ctxs[index].pos != usize::MAX {
+            self.push_ctx(cpu, kind, rq);
+        } else {
+            self.push_dispatch(hctx, rq, false);
+        }
+    }
+
+    /// Issues a plug's requests through [`Driver::queue_rqs`], hardware queue by hardware
+    /// queue, while the hardware queue is idle; what is left stays in `rqs`.
+    fn issue_list(&self, rqs: &mut VecDeque<Rq>) {
+        let tags = self.tags();
+        let driver = self.driver();
+        while let Some(first) = rqs.front() {
+            let hctx = self.request(first).map_or(0, |r| r.hctx());
+            let h = &self.hctxs[hctx];
+            if h.dispatch_len.load(Ordering::SeqCst) != 0
+                || h.busy.load(Ordering::Relaxed)
+                || h.run
+                    .compare_exchange(0, RUNNING, Ordering::SeqCst, Ordering::SeqCst)
+                    .is_err()
+            {
+                return;
+            }
+            if self.halted(hctx) {
+                self.finish_run(hctx);
+                return;
+            }
+            let cx = self.cx(hctx);
+            let epoch = self.host.epoch.load(Ordering::SeqCst);
+            let mut batch = h.scratch.lock();
+            let mut no_budget = false;
+            while rqs
+                .front()
+                .is_some_and(|rq| self.request(rq).is_some_and(|r| r.hctx() == hctx))
+            {
+                let Some(mut rq) = rqs.pop_front() else { break };
+                if !driver.get_budget(&cx) {
+                    rqs.push_front(rq);
+                    no_budget = true;
+                    break;
+                }
+                if tags.start(&mut rq, self.platform().now_ns()).is_err() {
+                    driver.put_budget(&cx);
+                    self.end_unissued(rq, Status::IoErr);
+                    continue;
+                }
+                self.host.in_driver.fetch_add(1, Ordering::SeqCst);
+                batch.push_back(rq);
+            }
+            let mut driver_batch = RqBatch {
+                rqs: &mut batch,
+                rejected: None,
+            };
+            driver.queue_rqs(&cx, &mut driver_batch);
+            let mut why = Status::Resource;
+            if let Some(Rejected { rq, status }) = driver_batch.rejected.take() {
+                batch.push_front(rq);
+                why = status;
+            }
+            // What the driver left goes back to idle: the first with the driver's verdict.
+            for _ in 0..batch.len() {
+                let Some(mut rq) = batch.pop_front() else {
+                    break;
+                };
+                self.host.in_driver.fetch_sub(1, Ordering::SeqCst);
+                driver.put_budget(&cx);
+                let _ = tags.requeue(&mut rq);
+                if matches!(why, Status::Resource | Status::DevResource) {
+                    batch.push_back(rq);
+                } else {
+                    self.end_unissued(rq, if why.is_ok() { Status::IoErr } else { why });
+                    why = Status::Resource;
+                }
+            }
+            if !batch.is_empty() || no_budget {
+                // The rest of this hardware queue's share waits at the head, behind them.
+                while rqs
+                    .front()
+                    .is_some_and(|rq| self.request(rq).is_some_and(|r| r.hctx() == hctx))
+                {
+                    if let Some(rq) = rqs.pop_front() {
+                        batch.push_back(rq);
+                    }
+                }
+                self.give_up(hctx, &mut batch, epoch, why);
+            }
+            drop(batch);
+            self.finish_run(hctx);
+        }
+    }
+}
