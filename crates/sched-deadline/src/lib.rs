@@ -1,0 +1,764 @@
+//! mq-deadline for blkmq: a deadline I/O scheduler (Linux's `block/mq-deadline.c`).
+//!
+//! Requests are kept per priority class (real time, best effort — which "none" counts as —
+//! and idle) and direction, each in a sector-sorted tree and a FIFO with a deadline per
+//! request. Dispatch serves:
+//!
+//! 1. a per-class dispatch list first (requeued requests, inserted at its head);
+//! 2. with requests of several classes queued, a best-effort or idle request older than
+//!    [`Tunables::prio_aging_expire_ns`] (priority aging);
+//! 3. otherwise the highest class with requests queued or in flight, strictly: it
+//!    continues the current batch in sector order while under [`Tunables::fifo_batch`];
+//!    then picks a direction — reads, unless writes wait and reads were preferred
+//!    [`Tunables::writes_starved`] times in a row — and takes the FIFO head if its
+//!    deadline passed ([`Tunables::read_expire_ns`], [`Tunables::write_expire_ns`]) or
+//!    nothing follows in sector order, else the next request by sector.
+//!
+//! Bios merge at the back and, with [`Tunables::front_merges`], the front of queued
+//! requests; two requests that come to touch merge, the survivor keeping the earlier
+//! deadline. Everything but reads is limited to [`Tunables::async_depth`] scheduler tags.
+//! The structures are arrays made when the queue's depth is set: no allocation per I/O.
+//!
+//! ```
+//! use blkmq_core::{Alloc, Bio, ElvCx, Elevator, Op, QueueLimits, StdPlatform, TagSet};
+//! use blkmq_sched_deadline::Deadline;
+//!
+//! let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
+//! let mut tags = set.attach().unwrap();
+//! tags.attach_scheduler(None, |_| ()).unwrap();
+//! let limits = QueueLimits::new(1 << 20);
+//! let mut dd = Deadline::new();
+//! dd.depth_updated(tags.nr_requests().unwrap(), tags.nr_keys());
+//!
+//! let cx = ElvCx::new(&tags, &limits, 0);
+//! for sector in [800, 0] {
+//!     let mut rq = tags.alloc(&Alloc::new(0, 0)).unwrap();
+//!     tags.set_bio(&mut rq, Bio::new(Op::Read, sector, 8)).unwrap();
+//!     dd.insert_requests(&cx, &mut std::iter::once(rq), false);
+//! }
+//! // A bio touching the request at 0 merges into it.
+//! assert!(dd.bio_merge(&cx, Bio::new(Op::Read, 8, 8)).is_ok());
+//! // Sector order from the start: 0 (now 16 sectors long), then 800.
+//! let first = dd.dispatch_request(&cx, 0).unwrap();
+//! assert_eq!((tags.io(&first).unwrap().sector(), tags.io(&first).unwrap().sectors()), (0, 16));
+//! let second = dd.dispatch_request(&cx, 0).unwrap();
+//! assert_eq!(tags.io(&second).unwrap().sector(), 800);
+//! assert!(!dd.has_work(0));
+//! for rq in [first, second] {
+//!     dd.finish_request(&cx, &rq);
+//!     tags.free(rq).unwrap();
+//! }
+//! assert_eq!(dd.stats(blkmq_core::IoPrioClass::BestEffort).completed, 2);
+//! ```
+
+#![no_std]
+#![deny(unsafe_op_in_unsafe_fn)]
+#![forbid(unsafe_code)]
+
+extern crate alloc;
+#[cfg(test)]
+extern crate std;
+
+mod index;
+
+use alloc::vec::Vec;
+use core::fmt;
+
+use blkmq_core::{Bio, BioFlags, Elevator, ElvCx, IoPrioClass, MergeKind, Op, Rq};
+
+use index::{EndHash, Forest, Lists};
+
+const READ: usize = 0;
+const WRITE: usize = 1;
+/// Classes, highest first: real time, best effort, idle.
+const NR_CLASSES: usize = 3;
+/// Lists: a FIFO per class and direction, then a dispatch list per class.
+const DISPATCH: usize = NR_CLASSES * 2;
+
+const MS: u64 = 1_000_000;
+/// The largest expiry accepted (one hour).
+pub const MAX_EXPIRE_NS: u64 = 3_600_000 * MS;
+/// The largest `fifo_batch` and `writes_starved` accepted.
+pub const MAX_BATCH: u32 = 1 << 16;
+
+/// mq-deadline's tunables, with Linux's defaults.
+///
+/// ```
+/// use blkmq_sched_deadline::Tunables;
+/// let t = Tunables::default();
+/// assert_eq!((t.read_expire_ns, t.write_expire_ns), (500_000_000, 5_000_000_000));
+/// assert_eq!((t.writes_starved, t.fifo_batch, t.front_merges), (2, 16, true));
+/// assert_eq!(t.prio_aging_expire_ns, 10_000_000_000);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tunables {
+    /// How long a read may wait before it is served ahead of sector order (500 ms).
+    pub read_expire_ns: u64,
+    /// The same for writes (5 s).
+    pub write_expire_ns: u64,
+    /// Read batches in a row while writes wait, before a write batch (2).
+    pub writes_starved: u32,
+    /// Whether bios merge at the front of requests (on).
+    pub front_merges: bool,
+    /// Requests per batch in one direction, in sector order (16).
+    pub fifo_batch: u32,
+    /// Scheduler tags for everything but reads (default: 3/4 of `nr_requests`, set when
+    /// the depth is).
+    pub async_depth: usize,
+    /// How long a best-effort or idle request waits behind a higher class before it goes
+    /// first (10 s).
+    pub prio_aging_expire_ns: u64,
+}
+
+impl Default for Tunables {
+    fn default() -> Self {
+        Self {
+            read_expire_ns: 500 * MS,
+            write_expire_ns: 5_000 * MS,
+            writes_starved: 2,
+            front_merges: true,
+            fifo_batch: 16,
+            async_depth: 1,
+            prio_aging_expire_ns: 10_000 * MS,
+        }
+    }
+}
+
+/// A tunable refused: its name and the value given.
+///
+/// ```
+/// use blkmq_sched_deadline::{Deadline, TunableError};
+/// let mut dd = Deadline::new();
+/// assert_eq!(dd.set_fifo_batch(0), Err(TunableError { name: "fifo_batch", value: 0 }));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TunableError {
+    /// The tunable.
+    pub name: &'static str,
+    /// The value refused.
+    pub value: u64,
+}
+
+impl fmt::Display for TunableError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} = {} is out of range", self.name, self.value)
+    }
+}
+
+impl core::error::Error for TunableError {}
+
+/// Counters of one priority class.
+///
+/// ```
+/// use blkmq_sched_deadline::ClassStats;
+/// assert_eq!(ClassStats::default().in_flight, 0);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClassStats {
+    /// Requests inserted (a requeued one counts once).
+    pub inserted: u64,
+    /// Bios and requests merged into queued requests.
+    pub merged: u64,
+    /// Dispatches (a requeued request dispatched again counts again).
+    pub dispatched: u64,
+    /// Requests finished (completed, or merged away).
+    pub completed: u64,
+    /// Requests dispatched and not yet finished or requeued.
+    pub in_flight: u64,
+}
+
+/// What the scheduler knows of one request key.
+#[derive(Clone, Copy, Default)]
+struct KeyInfo {
+    class: u8,
+    dir: u8,
+    /// The FIFO deadline.
+    fifo_time: u64,
+    /// When it was first inserted (priority aging).
+    insert_ns: u64,
+    /// Counted in `inserted`, not yet in `completed`.
+    counted: bool,
+    /// Dispatched and not back.
+    dispatched: bool,
+}
+
+/// The mq-deadline elevator. See the crate documentation.
+pub struct Deadline {
+    tunables: Tunables,
+    nr_requests: usize,
+    slots: Vec<Option<Rq>>,
+    info: Vec<KeyInfo>,
+    sorted: Forest,
+    lists: Lists,
+    ends: EndHash,
+    /// Where the last dispatch of each class and direction ended.
+    latest_pos: [[u64; 2]; NR_CLASSES],
+    last_dir: usize,
+    batching: u32,
+    starved: u32,
+    stats: [ClassStats; NR_CLASSES],
+}
+
+impl Default for Deadline {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn class_index(class: IoPrioClass) -> usize {
+    match class {
+        IoPrioClass::RealTime => 0,
+        IoPrioClass::BestEffort => 1,
+        IoPrioClass::Idle => 2,
+    }
+}
+
+fn dir_of(op: Op) -> usize {
+    if op.is_write() { WRITE } else { READ }
+}
+
+impl Deadline {
+    /// mq-deadline with the default tunables; its arrays are made by
+    /// [`Elevator::depth_updated`], which the queue calls when attaching it.
+    pub fn new() -> Self {
+        Self::with_tunables(Tunables::default())
+    }
+
+    /// mq-deadline with `tunables` (`async_depth` is reset when the depth is set).
+    pub fn with_tunables(tunables: Tunables) -> Self {
+        Self {
+            tunables,
+            nr_requests: 0,
+            slots: Vec::new(),
+            info: Vec::new(),
+            sorted: Forest::new(NR_CLASSES * 2, 0),
+            lists: Lists::new(DISPATCH + NR_CLASSES, 0),
+            ends: EndHash::new(0),
+            latest_pos: [[0; 2]; NR_CLASSES],
+            last_dir: READ,
+            batching: 0,
+            starved: 0,
+            stats: [ClassStats::default(); NR_CLASSES],
+        }
+    }
+
+    /// The tunables.
+    pub fn tunables(&self) -> &Tunables {
+        &self.tunables
+    }
+
+    /// The counters of `class`.
+    pub fn stats(&self, class: IoPrioClass) -> ClassStats {
+        self.stats[class_index(class)]
+    }
+
+    /// Requests held (queued, not dispatched).
+    pub fn queued(&self) -> usize {
+        (0..DISPATCH + NR_CLASSES).map(|l| self.lists.len(l)).sum()
+    }
+
+    fn check(name: &'static str, value: u64, ok: bool) -> Result<(), TunableError> {
+        if ok {
+            Ok(())
+        } else {
+            Err(TunableError { name, value })
+        }
+    }
+
+    /// Sets `read_expire` (0 to [`MAX_EXPIRE_NS`]).
+    ///
+    /// # Errors
+    /// [`TunableError`] out of range.
+    pub fn set_read_expire(&mut self, ns: u64) -> Result<(), TunableError> {
+        Self::check("read_expire", ns, ns <= MAX_EXPIRE_NS)?;
+        self.tunables.read_expire_ns = ns;
+        Ok(())
+    }
+
+    /// Sets `write_expire` (0 to [`MAX_EXPIRE_NS`]).
+    ///
+    /// # Errors
+    /// [`TunableError`] out of range.
+    pub fn set_write_expire(&mut self, ns: u64) -> Result<(), TunableError> {
+        Self::check("write_expire", ns, ns <= MAX_EXPIRE_NS)?;
+        self.tunables.write_expire_ns = ns;
+        Ok(())
+    }
+
+    /// Sets `writes_starved` (0 to [`MAX_BATCH`]).
+    ///
+    /// # Errors
+    /// [`TunableError`] out of range.
+    pub fn set_writes_starved(&mut self, n: u32) -> Result<(), TunableError> {
+        Self::check("writes_starved", n.into(), n <= MAX_BATCH)?;
+        self.tunables.writes_starved = n;
+        Ok(())
+    }
+
+    /// Turns front merges on or off.
+    pub fn set_front_merges(&mut self, on: bool) {
+        self.tunables.front_merges = on;
+    }
+
+    /// Sets `fifo_batch` (1 to [`MAX_BATCH`]).
+    ///
+    /// # Errors
+    /// [`TunableError`] out of range.
+    pub fn set_fifo_batch(&mut self, n: u32) -> Result<(), TunableError> {
+        Self::check("fifo_batch", n.into(), (1..=MAX_BATCH).contains(&n))?;
+        self.tunables.fifo_batch = n;
+        Ok(())
+    }
+
+    /// Sets `async_depth` (1 to `nr_requests`).
+    ///
+    /// # Errors
+    /// [`TunableError`] out of range (before the depth is known, any value but 0).
+    pub fn set_async_depth(&mut self, depth: usize) -> Result<(), TunableError> {
+        let max = if self.nr_requests == 0 {
+            usize::MAX
+        } else {
+            self.nr_requests
+        };
+        Self::check("async_depth", depth as u64, (1..=max).contains(&depth))?;
+        self.tunables.async_depth = depth;
+        Ok(())
+    }
+
+    /// Sets `prio_aging_expire` (0 to [`MAX_EXPIRE_NS`]).
+    ///
+    /// # Errors
+    /// [`TunableError`] out of range.
+    pub fn set_prio_aging_expire(&mut self, ns: u64) -> Result<(), TunableError> {
+        Self::check("prio_aging_expire", ns, ns <= MAX_EXPIRE_NS)?;
+        self.tunables.prio_aging_expire_ns = ns;
+        Ok(())
+    }
+
+    fn tree(class: usize, dir: usize) -> usize {
+        class * 2 + dir
+    }
+
+    fn expire(&self, dir: usize) -> u64 {
+        if dir == READ {
+            self.tunables.read_expire_ns
+        } else {
+            self.tunables.write_expire_ns
+        }
+    }
+
+    /// Requests of `class` inserted and not finished: queued or in flight.
+    fn class_busy(&self, class: usize) -> bool {
+        let s = &self.stats[class];
+        s.inserted > s.completed
+    }
+
+    /// Takes `key` out of the sorted tree, the FIFO or dispatch list and the end hash.
+    fn unlink(&mut self, key: usize) {
+        self.sorted.remove(key);
+        self.lists.remove(key);
+        self.ends.remove(key);
+    }
+
+    /// Queues `rq` in sector order and FIFO order (or at the head of its class's dispatch
+    /// list), first trying to append it to a queued request it continues.
+    fn insert_one(&mut self, cx: &ElvCx<'_>, rq: Rq, at_head: bool) {
+        let key = cx.key(&rq);
+        let Ok(io) = cx.io(&rq) else {
+            // Not a request of this queue: nothing to schedule it by. Keep it anyway, at
+            // the head of best effort, so it is not lost.
+            self.keep(key, rq, 1, READ, cx.now_ns(), true);
+            return;
+        };
+        let (class, dir) = (class_index(io.prio().class()), dir_of(io.op()));
+        let (sector, end) = (io.sector(), io.end_sector());
+        let now = cx.now_ns();
+        if key >= self.slots.len() {
+            // Keys come from the queue's arrays, sized by `depth_updated`; be safe anyway.
+            self.grow(key + 1);
+        }
+        if !self.info[key].counted {
+            self.info[key] = KeyInfo {
+                class: class as u8,
+                dir: dir as u8,
+                fifo_time: now.saturating_add(self.expire(dir)),
+                insert_ns: now,
+                counted: true,
+                dispatched: false,
+            };
+            self.stats[class].inserted += 1;
+        }
+        // A reinsert (a merge refused, a requeue) may still be on a list.
+        self.unlink(key);
+        if at_head {
+            self.keep(key, rq, class, dir, now, true);
+            return;
+        }
+        // An insert merge: a queued request ending where this one starts takes it.
+        let t = Self::tree(class, dir);
+        let into = self.ends.find(sector, |k| {
+            self.sorted.contains(k)
+                && self.info[k].class as usize == class
+                && self.info[k].dir as usize == dir
+        });
+        let mut rq = rq;
+        if let Some(into) = into {
+            if let Some(mut target) = self.slots[into].take() {
+                if cx.can_append(&target, &rq) {
+                    let from_key = key;
+                    match cx.merge_requests(&mut target, rq) {
+                        Ok(()) => {
+                            let new_end = cx.io(&target).map_or(end, |io| io.end_sector());
+                            self.slots[into] = Some(target);
+                            self.ends.insert(into, new_end);
+                            self.finish_merged(into, from_key);
+                            return;
+                        }
+                        Err(back) => rq = back,
+                    }
+                }
+                self.slots[into] = Some(target);
+            }
+        }
+        self.sorted.insert(t, key, sector);
+        self.ends.insert(key, end);
+        self.lists.push_back(t, key);
+        self.slots[key] = Some(rq);
+    }
+
+    /// Holds `rq` at the head of its class's dispatch list.
+    fn keep(&mut self, key: usize, rq: Rq, class: usize, dir: usize, now: u64, at_head: bool) {
+        if key >= self.slots.len() {
+            self.grow(key + 1);
+        }
+        let info = &mut self.info[key];
+        if !info.counted {
+            *info = KeyInfo {
+                class: class as u8,
+                dir: dir as u8,
+                fifo_time: now,
+                insert_ns: now,
+                counted: true,
+                dispatched: false,
+            };
+            self.stats[class].inserted += 1;
+        }
+        let class = self.info[key].class as usize;
+        if at_head {
+            self.lists.push_front(DISPATCH + class, key);
+        } else {
+            self.lists.push_back(DISPATCH + class, key);
+        }
+        self.slots[key] = Some(rq);
+    }
+
+    /// The request `from` merged into `into`: `into` keeps the earlier deadline, `from` is
+    /// gone (counted finished).
+    fn finish_merged(&mut self, into: usize, from: usize) {
+        let (fi, ii) = (self.info[from], self.info[into]);
+        if fi.counted && fi.fifo_time < ii.fifo_time && self.lists.contains(into) {
+            // Take `from`'s place in the FIFO, and its deadline.
+            if self.lists.contains(from) {
+                self.lists.remove(into);
+                self.lists.insert_before(from, into);
+            }
+            self.info[into].fifo_time = fi.fifo_time;
+        }
+        self.unlink(from);
+        self.slots[from] = None;
+        let class = ii.class as usize;
+        self.stats[class].merged += 1;
+        if fi.counted {
+            self.stats[fi.class as usize].completed += 1;
+            self.info[from].counted = false;
+        }
+    }
+
+    fn grow(&mut self, nr_keys: usize) {
+        let nr_keys = nr_keys.max(self.slots.len());
+        let mut slots = Vec::with_capacity(nr_keys);
+        slots.extend(self.slots.drain(..));
+        slots.resize_with(nr_keys, || None);
+        self.slots = slots;
+        self.info.resize(nr_keys, KeyInfo::default());
+        self.sorted = Forest::new(NR_CLASSES * 2, nr_keys);
+        self.lists = Lists::new(DISPATCH + NR_CLASSES, nr_keys);
+        self.ends = EndHash::new(nr_keys);
+        // Held requests (none, when the queue resizes us frozen) are re-queued in order.
+        let held: Vec<usize> = (0..self.slots.len())
+            .filter(|&k| self.slots[k].is_some())
+            .collect();
+        for key in held {
+            let class = self.info[key].class as usize;
+            self.lists.push_back(DISPATCH + class, key);
+        }
+    }
+
+    /// The next request of `class` in `dir` by sector from where the last one ended.
+    fn next_by_sector(&self, class: usize, dir: usize) -> Option<usize> {
+        self.sorted
+            .lower_bound(Self::tree(class, dir), self.latest_pos[class][dir])
+    }
+
+    fn fifo_expired(&self, class: usize, dir: usize, now: u64) -> bool {
+        self.lists
+            .front(Self::tree(class, dir))
+            .is_some_and(|k| self.info[k].fifo_time <= now)
+    }
+
+    /// One request of `class`, not inserted after `latest_start` (Linux's
+    /// `__dd_dispatch_request`).
+    fn dispatch_class(&mut self, cx: &ElvCx<'_>, class: usize, latest_start: u64) -> Option<usize> {
+        let now = cx.now_ns();
+        if let Some(key) = self.lists.front(DISPATCH + class) {
+            if self.info[key].insert_ns > latest_start {
+                return None;
+            }
+            self.lists.remove(key);
+            return Some(key);
+        }
+        let reads = self.lists.len(Self::tree(class, READ)) != 0;
+        let writes = self.lists.len(Self::tree(class, WRITE)) != 0;
+        // Continue the batch in sector order.
+        let mut pick = self
+            .next_by_sector(class, self.last_dir)
+            .filter(|_| self.batching < self.tunables.fifo_batch);
+        if pick.is_none() {
+            let dir = if reads {
+                if writes {
+                    let starved = self.starved;
+                    self.starved += 1;
+                    if starved >= self.tunables.writes_starved {
+                        self.starved = 0;
+                        WRITE
+                    } else {
+                        READ
+                    }
+                } else {
+                    READ
+                }
+            } else if writes {
+                self.starved = 0;
+                WRITE
+            } else {
+                return None;
+            };
+            let next = self.next_by_sector(class, dir);
+            let key = if self.fifo_expired(class, dir, now) || next.is_none() {
+                self.lists.front(Self::tree(class, dir))
+            } else {
+                next
+            }?;
+            self.last_dir = dir;
+            self.batching = 0;
+            pick = Some(key);
+        }
+        let key = pick?;
+        if self.info[key].insert_ns > latest_start {
+            return None;
+        }
+        self.batching += 1;
+        self.unlink(key);
+        Some(key)
+    }
+
+    /// With several classes queued: a lower-class request that waited past the aging
+    /// expiry.
+    fn dispatch_aged(&mut self, cx: &ElvCx<'_>) -> Option<usize> {
+        let busy = (0..NR_CLASSES).filter(|&c| self.class_busy(c)).count();
+        if busy < 2 {
+            return None;
+        }
+        let latest = cx
+            .now_ns()
+            .checked_sub(self.tunables.prio_aging_expire_ns)?;
+        (1..NR_CLASSES).find_map(|class| self.dispatch_class(cx, class, latest))
+    }
+}
+
+impl Elevator for Deadline {
+    fn name(&self) -> &'static str {
+        "mq-deadline"
+    }
+
+    fn depth_updated(&mut self, nr_requests: usize, nr_keys: usize) {
+        self.nr_requests = nr_requests;
+        self.tunables.async_depth = (3 * nr_requests / 4).max(1);
+        if nr_keys != self.slots.len() {
+            self.grow(nr_keys);
+        }
+    }
+
+    fn min_shallow_depth(&self) -> Option<usize> {
+        // `async_depth` may be set as low as 1 at run time.
+        Some(1)
+    }
+
+    fn limit_depth(&self, op: Op, _flags: BioFlags) -> Option<usize> {
+        (op != Op::Read).then_some(self.tunables.async_depth)
+    }
+
+    fn insert_requests(
+        &mut self,
+        cx: &ElvCx<'_>,
+        rqs: &mut dyn Iterator<Item = Rq>,
+        at_head: bool,
+    ) {
+        let mut prev: Option<usize> = None;
+        for rq in rqs {
+            let key = cx.key(&rq);
+            self.insert_one(cx, rq, at_head);
+            if at_head {
+                // A batch at the head keeps its own order: each behind the one before.
+                if let Some(p) = prev {
+                    if self.lists.same_list(p, key) {
+                        self.lists.remove(key);
+                        self.lists.insert_after(p, key);
+                    }
+                }
+                prev = Some(key);
+            }
+        }
+    }
+
+    fn dispatch_request(&mut self, cx: &ElvCx<'_>, _hctx: usize) -> Option<Rq> {
+        let key = self.dispatch_aged(cx).or_else(|| {
+            let mut found = None;
+            for class in 0..NR_CLASSES {
+                found = self.dispatch_class(cx, class, u64::MAX);
+                if found.is_some() || self.class_busy(class) {
+                    break;
+                }
+            }
+            found
+        })?;
+        let rq = self.slots[key].take()?;
+        let info = &mut self.info[key];
+        let class = info.class as usize;
+        let dir = info.dir as usize;
+        info.dispatched = true;
+        self.latest_pos[class][dir] = cx.io(&rq).map_or(0, |io| io.end_sector());
+        self.stats[class].dispatched += 1;
+        self.stats[class].in_flight += 1;
+        Some(rq)
+    }
+
+    fn has_work(&self, _hctx: usize) -> bool {
+        self.queued() != 0
+    }
+
+    fn request_merge(&mut self, cx: &ElvCx<'_>, bio: &Bio) -> Option<(usize, MergeKind)> {
+        let (class, dir) = (class_index(bio.prio.class()), dir_of(bio.op));
+        let back = self.ends.find(bio.sector, |k| {
+            self.sorted.contains(k)
+                && self.info[k].class as usize == class
+                && self.info[k].dir as usize == dir
+        });
+        if let Some(key) = back {
+            return Some((key, MergeKind::Back));
+        }
+        if !self.tunables.front_merges {
+            return None;
+        }
+        let end = bio.end_sector();
+        let key = self.sorted.lower_bound(Self::tree(class, dir), end)?;
+        let _ = cx;
+        (self.sorted.sector(key) == end).then_some((key, MergeKind::Front))
+    }
+
+    fn request(&self, key: usize) -> Option<&Rq> {
+        self.slots.get(key)?.as_ref()
+    }
+
+    fn request_mut(&mut self, key: usize) -> Option<&mut Rq> {
+        self.slots.get_mut(key)?.as_mut()
+    }
+
+    fn request_merged(&mut self, cx: &ElvCx<'_>, key: usize, kind: MergeKind) {
+        let Some(rq) = self.slots[key].as_ref() else {
+            return;
+        };
+        let Ok(io) = cx.io(rq) else {
+            return;
+        };
+        let (sector, end) = (io.sector(), io.end_sector());
+        let info = self.info[key];
+        match kind {
+            MergeKind::Front => {
+                self.sorted.remove(key);
+                self.sorted.insert(
+                    Self::tree(info.class as usize, info.dir as usize),
+                    key,
+                    sector,
+                );
+            }
+            MergeKind::Back => self.ends.insert(key, end),
+        }
+        self.stats[info.class as usize].merged += 1;
+    }
+
+    fn next_request(&mut self, _cx: &ElvCx<'_>, key: usize, kind: MergeKind) -> Option<usize> {
+        if !self.sorted.contains(key) {
+            return None;
+        }
+        match kind {
+            MergeKind::Back => self.sorted.next(key),
+            MergeKind::Front => self.sorted.prev(key),
+        }
+    }
+
+    fn take_request(&mut self, key: usize) -> Option<Rq> {
+        // Out of the sector order, but kept in the FIFO until `requests_merged` has
+        // handed its place to the survivor (or the merge fails and it is inserted again).
+        self.sorted.remove(key);
+        self.ends.remove(key);
+        self.slots.get_mut(key)?.take()
+    }
+
+    fn requests_merged(&mut self, cx: &ElvCx<'_>, into: usize, from: usize) {
+        if let Some(rq) = self.slots[into].as_ref() {
+            if let Ok(io) = cx.io(rq) {
+                self.ends.insert(into, io.end_sector());
+            }
+        }
+        self.finish_merged(into, from);
+    }
+
+    fn finish_request(&mut self, cx: &ElvCx<'_>, rq: &Rq) {
+        let key = cx.key(rq);
+        let Some(info) = self.info.get_mut(key) else {
+            return;
+        };
+        let class = info.class as usize;
+        if info.dispatched {
+            info.dispatched = false;
+            self.stats[class].in_flight -= 1;
+        }
+        if info.counted {
+            info.counted = false;
+            self.stats[class].completed += 1;
+        }
+        // Ended before dispatch (an error): no trace may stay in the orders.
+        self.unlink(key);
+    }
+
+    fn requeue_request(&mut self, cx: &ElvCx<'_>, rq: &Rq) {
+        let key = cx.key(rq);
+        if let Some(info) = self.info.get_mut(key) {
+            if info.dispatched {
+                info.dispatched = false;
+                self.stats[info.class as usize].in_flight -= 1;
+            }
+        }
+    }
+}
+
+impl fmt::Debug for Deadline {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Deadline")
+            .field("tunables", &self.tunables)
+            .field("queued", &self.queued())
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
