@@ -97,7 +97,10 @@ pub trait Driver: Send + Sync + Sized + 'static {
 
     /// Issue a batch of started requests (only when [`QUEUE_RQS`](Self::QUEUE_RQS)).
     /// Take requests with [`RqBatch::next`]; hand one back with [`RqBatch::reject`], which
-    /// ends the batch: it and whatever is left go through [`queue_rq`](Self::queue_rq).
+    /// ends the batch. A request rejected with [`Status::Resource`] or
+    /// [`Status::DevResource`] and whatever is left wait at the head of the hardware queue,
+    /// issued later one by one through [`queue_rq`](Self::queue_rq) as with any give-up;
+    /// another status ends the rejected request with it.
     fn queue_rqs(&self, cx: &HctxCx<'_, Self>, batch: &mut RqBatch<'_>) {
         let _ = (cx, batch);
     }

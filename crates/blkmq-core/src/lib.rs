@@ -72,12 +72,12 @@ pub use bio::{Bio, BioFlags, EndIo, IoPrio, IoPrioClass, IssuerId, Op, SECTOR_SI
 pub use driver::{Driver, HctxCx, Rejected, RqBatch, TimeoutAction};
 pub use elevator::{Elevator, ElvCx};
 pub use error::{ConfigError, TagError};
-pub use limits::{MergeKind, QueueLimits};
+pub use limits::{MAX_CAPACITY, MergeKind, QueueLimits};
 #[cfg(all(feature = "std", not(loom)))]
 pub use platform::StdPlatform;
 pub use platform::{NoPlatform, Platform};
 pub use queue::{
-    Host, PLUG_FLUSH_BYTES, PLUG_MAX, PLUG_MAX_MULTI, Plug, QueueConfig, RequestQueue,
+    Host, PLUG_FLUSH_BYTES, PLUG_MAX, PLUG_MAX_MULTI, Plug, QueueConfig, RequestQueue, TagsGuard,
 };
 pub use queue_map::{QueueMap, QueueMaps, QueueType};
 pub use queue_tags::{Alloc, AllocFuture, QueueTags};

@@ -44,6 +44,9 @@ pub struct QueueLimits {
     pub max_write_zeroes_sectors: u32,
 }
 
+/// The largest device, in sectors: byte offsets must fit in 64 bits.
+pub const MAX_CAPACITY: u64 = u64::MAX >> 9;
+
 /// How a bio joins a request.
 ///
 /// ```
@@ -124,7 +127,7 @@ impl QueueLimits {
         if self.max_write_zeroes_sectors % block_sectors != 0 {
             return bad("max_write_zeroes_sectors");
         }
-        if self.capacity % u64::from(block_sectors) != 0 {
+        if self.capacity > MAX_CAPACITY || self.capacity % u64::from(block_sectors) != 0 {
             return bad("capacity");
         }
         Ok(())

@@ -381,7 +381,14 @@ pub struct RequestQueue<D: Driver> {
     kicked: RestartSet,
     /// Holders (requests, submitters, timeout checks) and the frozen flag.
     usage: AtomicUsize,
-    freeze_depth: AtomicUsize,
+    /// Freeze depth; changing it and the frozen flag together.
+    freeze_depth: Lock<D, usize>,
+    /// Held across run-time changes (elevator, `nr_requests`).
+    change: Lock<D, ()>,
+    /// Set while the tags are being replaced: readers that may run frozen back off.
+    switching: AtomicBool,
+    /// Requests this queue has in the driver.
+    in_driver: AtomicUsize,
     quiesced: AtomicUsize,
     requeue: Lock<D, VecDeque<Rq>>,
     splits: SplitPool<Raw<D>>,
@@ -417,13 +424,13 @@ impl<D: Driver> RequestQueue<D> {
             });
         }
         let mut tags = set.attach().map_err(|_| ConfigError::QueueBusy)?;
-        let capacity = set.depth() + config.nr_requests.unwrap_or(2 * set.depth().min(128));
         if let Some(elevator) = &config.elevator {
             tags.attach_scheduler(config.nr_requests, |init| host.driver.init_request(init))?;
             if let Some(depth) = elevator.min_shallow_depth() {
                 tags.set_min_shallow_depth(depth)?;
             }
         }
+        let capacity = set.depth() + tags.nr_requests().unwrap_or(0);
         // Software contexts, (cpu, type) in order, each mapped to its hardware queue.
         let mut ctx_hctx = Vec::new();
         for cpu in 0..nr_cpus {
@@ -487,7 +494,10 @@ impl<D: Driver> RequestQueue<D> {
             restart: RestartSet::new(nr_hw)?,
             kicked: RestartSet::new(nr_hw)?,
             usage: AtomicUsize::new(0),
-            freeze_depth: AtomicUsize::new(0),
+            freeze_depth: lock_api::Mutex::new(0),
+            change: lock_api::Mutex::new(()),
+            switching: AtomicBool::new(false),
+            in_driver: AtomicUsize::new(0),
             quiesced: AtomicUsize::new(0),
             requeue: lock_api::Mutex::new(VecDeque::with_capacity(capacity)),
             splits: SplitPool::new(2 * capacity),
@@ -537,9 +547,17 @@ impl<D: Driver> RequestQueue<D> {
         self.hctxs.len()
     }
 
-    /// The request tags of this queue.
-    pub fn queue_tags(&self) -> &QueueTags<D::Payload, D::Platform> {
-        self.tags()
+    /// The queue's tags (to read their state: busy counts, the scheduler tags), held in
+    /// place while the guard lives: an elevator switch waits for it, so do not hold one
+    /// across [`switch_elevator`](Self::switch_elevator) or
+    /// [`set_nr_requests`](Self::set_nr_requests) on the same thread.
+    pub fn queue_tags(&self) -> TagsGuard<'_, D> {
+        loop {
+            if let Some(inside) = self.enter_any() {
+                return TagsGuard(inside);
+            }
+            wait_a_little();
+        }
     }
 
     /// The shared side of one of this queue's requests.
@@ -600,9 +618,11 @@ impl<D: Driver> RequestQueue<D> {
     /// Starts a freeze: new bios are refused (given back by [`submit`](Self::submit)) until
     /// [`unfreeze`](Self::unfreeze). Nests.
     pub fn freeze_start(&self) {
-        if self.freeze_depth.fetch_add(1, Ordering::SeqCst) == 0 {
+        let mut depth = self.freeze_depth.lock();
+        if *depth == 0 {
             self.usage.fetch_or(FROZEN, Ordering::SeqCst);
         }
+        *depth += 1;
     }
 
     /// Whether a started freeze has drained: no request of the queue is left.
@@ -623,9 +643,46 @@ impl<D: Driver> RequestQueue<D> {
 
     /// Undoes one freeze; the last one lets bios in again.
     pub fn unfreeze(&self) {
-        if self.freeze_depth.fetch_sub(1, Ordering::SeqCst) == 1 {
-            self.usage.fetch_and(!FROZEN, Ordering::SeqCst);
+        let mut depth = self.freeze_depth.lock();
+        match *depth {
+            0 => {}
+            1 => {
+                *depth = 0;
+                self.usage.fetch_and(!FROZEN, Ordering::SeqCst);
+            }
+            _ => *depth -= 1,
         }
+    }
+
+    /// Takes a usage count even while frozen (a timeout check, a drain check: work on
+    /// requests already in), unless the tags are being replaced; `None` then.
+    fn enter_any(&self) -> Option<Exit<'_, D>> {
+        self.usage.fetch_add(1, Ordering::SeqCst);
+        seqcst_pair();
+        if self.switching.load(Ordering::SeqCst) {
+            self.exit();
+            return None;
+        }
+        Some(Exit(self))
+    }
+
+    /// Freezes, waits for the queue to drain and for runners to stop, and marks the tags
+    /// as being replaced; the caller holds `change`.
+    fn lock_out(&self) {
+        self.freeze();
+        self.quiesce();
+        self.switching.store(true, Ordering::SeqCst);
+        seqcst_pair();
+        // Readers that counted themselves in before seeing the flag leave again.
+        while !self.is_drained() {
+            wait_a_little();
+        }
+    }
+
+    fn let_in(&self) {
+        self.switching.store(false, Ordering::SeqCst);
+        self.unquiesce();
+        self.unfreeze();
     }
 
     /// Whether the queue is frozen.
@@ -702,6 +759,13 @@ impl<D: Driver> RequestQueue<D> {
 
     /// Whether no request of this queue is allocated on `hctx`.
     pub fn is_hctx_drained(&self, hctx: usize) -> bool {
+        if hctx >= self.hctxs.len() {
+            return true;
+        }
+        let Some(_inside) = self.enter_any() else {
+            // The tags are being replaced: the queue is drained.
+            return true;
+        };
         let mut busy = false;
         self.tags().for_each_busy(Some(hctx), |_| {
             busy = true;
@@ -752,8 +816,10 @@ impl<D: Driver> RequestQueue<D> {
     /// split to them, merged where it can be, else put in a request and issued.
     ///
     /// Never waits. A bio the queue cannot take now — no request free, the queue frozen —
-    /// comes back, to be submitted again later (a piece of a split bio, when part of it
-    /// went in: submit that).
+    /// comes back untouched, to be submitted again later. One exception: when a bio had to
+    /// be split and some of its pieces went in, what comes back is the rest, a piece
+    /// marked [`BioFlags::SPLIT`] whose parent ends when it does; submit that piece
+    /// (ending it any other way loses the parent's completion until the queue is dropped).
     ///
     /// # Errors
     /// The bio, untouched, when it cannot go in now.
@@ -799,6 +865,8 @@ impl<D: Driver> RequestQueue<D> {
             return self.submit_one(bio, plug.as_deref_mut());
         }
         let mut rest = if piece { bio } else { self.splits.start(bio)? };
+        // Whether part of the parent is in: then only the rest can come back.
+        let mut any_in = piece;
         loop {
             let len = self.split_len(&rest);
             if len >= rest.sectors {
@@ -806,8 +874,18 @@ impl<D: Driver> RequestQueue<D> {
             }
             let (first, tail) = self.splits.cut(rest, len);
             match self.submit_one(first, plug.as_deref_mut()) {
-                Ok(()) => rest = tail,
-                Err(first) => return Err(self.splits.rejoin(first, tail)),
+                Ok(()) => {
+                    rest = tail;
+                    any_in = true;
+                }
+                Err(first) => {
+                    let whole = self.splits.rejoin(first, tail);
+                    return Err(if any_in {
+                        whole
+                    } else {
+                        self.splits.abandon(whole)
+                    });
+                }
             }
         }
     }
@@ -935,10 +1013,10 @@ impl<D: Driver> RequestQueue<D> {
                 .is_ok()
         {
             if self.halted(hctx) {
-                self.push_ctx(cpu, kind, rq);
+                self.push_ctx_for(cpu, kind, hctx, rq);
             } else {
                 let epoch = self.host.epoch.load(Ordering::SeqCst);
-                if let Issued::GaveUp(rq, status) = self.issue_one(hctx, rq, true, false) {
+                if let Issued::GaveUp(rq, status) = self.issue_one(hctx, rq, true, None) {
                     let mut batch = h.scratch.lock();
                     batch.push_back(rq);
                     self.give_up(hctx, &mut batch, epoch, status);
@@ -947,7 +1025,7 @@ impl<D: Driver> RequestQueue<D> {
             self.finish_run(hctx);
             return;
         }
-        self.push_ctx(cpu, kind, rq);
+        self.push_ctx_for(cpu, kind, hctx, rq);
         self.run_hw_queue(hctx);
     }
 
@@ -1046,6 +1124,9 @@ impl<D: Driver> RequestQueue<D> {
 
     /// Whether `hctx` holds requests to dispatch.
     pub fn has_work(&self, hctx: usize) -> bool {
+        if hctx >= self.hctxs.len() {
+            return false;
+        }
         if !self.hctx_is_empty(hctx) {
             return true;
         }
@@ -1160,12 +1241,12 @@ impl<D: Driver> RequestQueue<D> {
                 return;
             }
             let elv_cx = self.elv_cx();
-            if !self
+            let has_work = self
                 .elevator
                 .lock()
                 .as_ref()
-                .is_some_and(|e| e.has_work(hctx))
-            {
+                .is_some_and(|e| e.has_work(hctx));
+            if !has_work {
                 return;
             }
             if !driver.get_budget(&cx) {
@@ -1178,10 +1259,14 @@ impl<D: Driver> RequestQueue<D> {
                 .as_mut()
                 .and_then(|e| e.dispatch_request(&elv_cx, hctx));
             let Some(rq) = rq else {
+                // Work held back (a higher class in flight, idling): wait for a completion
+                // like any give-up, or for the platform when nothing is in flight.
                 driver.put_budget(&cx);
+                self.budget_returned(hctx);
+                self.give_up(hctx, batch, epoch, Status::Resource);
                 return;
             };
-            match self.issue_one(hctx, rq, true, true) {
+            match self.issue_one(hctx, rq, true, Some(hctx)) {
                 Issued::Queued | Issued::Ended => {}
                 Issued::GaveUp(rq, status) => {
                     batch.push_back(rq);
@@ -1206,7 +1291,7 @@ impl<D: Driver> RequestQueue<D> {
                 return false;
             }
             let last = batch.is_empty();
-            match self.issue_one(hctx, rq, last, false) {
+            match self.issue_one(hctx, rq, last, None) {
                 Issued::Queued => pending_commit = !last,
                 Issued::Ended => {}
                 Issued::GaveUp(rq, status) => {
@@ -1225,41 +1310,63 @@ impl<D: Driver> RequestQueue<D> {
         true
     }
 
-    /// Issues one request: budget (unless held), driver tag, start, `queue_rq` — on the
-    /// request's own hardware queue (an elevator may hand any runner any request).
-    fn issue_one(&self, runner: usize, mut rq: Rq, last: bool, have_budget: bool) -> Issued {
+    /// Issues one request: budget (unless `budget` says which hardware queue's context
+    /// holds one), driver tag, start, `queue_rq` — on the request's own hardware queue (an
+    /// elevator may hand any runner any request).
+    fn issue_one(&self, runner: usize, mut rq: Rq, last: bool, budget: Option<usize>) -> Issued {
         let tags = self.tags();
         let hctx = tags.request(&rq).map_or(runner, |r| r.hctx());
         let cx = self.cx(hctx);
         let driver = self.driver();
-        if !have_budget && !driver.get_budget(&cx) {
-            return Issued::GaveUp(rq, Status::Resource);
+        match budget {
+            Some(held) if held == hctx => {}
+            Some(held) => {
+                // Taken on the runner's context: move it to the request's.
+                driver.put_budget(&self.cx(held));
+                if !driver.get_budget(&cx) {
+                    self.budget_returned(runner);
+                    return Issued::GaveUp(rq, Status::Resource);
+                }
+            }
+            None => {
+                if !driver.get_budget(&cx) {
+                    return Issued::GaveUp(rq, Status::Resource);
+                }
+            }
         }
         match tags.get_driver_tag(&mut rq) {
             Ok(true) => {}
             Ok(false) => {
                 driver.put_budget(&cx);
+                self.budget_returned(runner);
                 return Issued::GaveUp(rq, Status::Resource);
             }
             Err(_) => {
                 driver.put_budget(&cx);
+                self.budget_returned(runner);
                 self.end_unissued(rq, Status::IoErr);
                 return Issued::Ended;
             }
         }
         if tags.start(&mut rq, self.platform().now_ns()).is_err() {
             driver.put_budget(&cx);
+            self.budget_returned(runner);
             self.end_unissued(rq, Status::IoErr);
             return Issued::Ended;
         }
-        self.host.in_driver.fetch_add(1, Ordering::SeqCst);
+        self.driver_in();
         match driver.queue_rq(&cx, rq, last) {
             Ok(()) => Issued::Queued,
             Err(Rejected { mut rq, status }) => {
-                self.host.in_driver.fetch_sub(1, Ordering::SeqCst);
+                self.driver_out();
                 driver.put_budget(&cx);
                 if matches!(status, Status::Resource | Status::DevResource) {
                     let _ = tags.requeue(&mut rq);
+                    if self.has_elevator.load(Ordering::Relaxed) {
+                        // Back to waiting without a driver tag, as Linux's requeue.
+                        let _ = tags.put_driver_tag(&mut rq);
+                    }
+                    self.budget_returned(runner);
                     Issued::GaveUp(rq, status)
                 } else {
                     let status = if status.is_ok() {
@@ -1272,6 +1379,38 @@ impl<D: Driver> RequestQueue<D> {
                 }
             }
         }
+    }
+
+    /// One more request in the driver.
+    fn driver_in(&self) {
+        self.in_driver.fetch_add(1, Ordering::SeqCst);
+        self.host.in_driver.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// One request fewer in the driver.
+    fn driver_out(&self) {
+        self.in_driver.fetch_sub(1, Ordering::SeqCst);
+        self.host.in_driver.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// A runner gave back a budget or a driver tag without a completion: other hardware
+    /// queues waiting for one run again (not the runner itself, which is about to give up
+    /// and mark itself; marking it here would make it chase its own tail).
+    fn budget_returned(&self, runner: usize) {
+        if self.host.restart.is_empty() {
+            return;
+        }
+        let (me, slot) = (self as *const Self, self.slot);
+        self.host.restart.drain(|s| {
+            let Some(queue) = self.host.queue_at(s) else {
+                return;
+            };
+            queue.restart.drain(|h| {
+                if !(core::ptr::eq(Arc::as_ptr(&queue), me) && s == slot && h == runner) {
+                    queue.rerun(h);
+                }
+            });
+        });
     }
 
     /// Puts `batch` back at the head of `hctx`'s dispatch list, in order.
@@ -1359,7 +1498,7 @@ impl<D: Driver> RequestQueue<D> {
             self.exit();
         }
         if issued {
-            self.host.in_driver.fetch_sub(1, Ordering::SeqCst);
+            self.driver_out();
             self.driver().put_budget(&cx);
         }
     }
@@ -1395,7 +1534,7 @@ impl<D: Driver> RequestQueue<D> {
                 e.requeue_request(&cx, &rq);
             }
         }
-        self.host.in_driver.fetch_sub(1, Ordering::SeqCst);
+        self.driver_out();
         self.driver().put_budget(&self.cx(hctx));
         self.requeue.lock().push_back(rq);
         self.host.restart();
@@ -1438,40 +1577,49 @@ impl<D: Driver> RequestQueue<D> {
     /// claimed (once per dispatch) and the driver decides ([`Driver::timeout`]). Returns
     /// how many timed out. Call it periodically (Linux: each second or so).
     pub fn check_timeouts(&self, now_ns: u64) -> usize {
-        // Only while something is in: the count taken from zero would race a freeze.
-        if self.usage.fetch_add(1, Ordering::SeqCst) & !FROZEN == 0 {
-            self.exit();
+        let Some(_inside) = self.enter_any() else {
             return 0;
+        };
+        if self.usage() <= 1 {
+            return 0; // only ourselves
         }
-        let mut fired = 0;
-        let timeout = self.host.set.timeout_ns();
-        let driver = self.driver();
+        // Claim the expired ones under the iteration lock; ask the driver outside it (its
+        // handler may iterate, or end requests).
+        let mut expired: Vec<(usize, u32, u64, u64)> = Vec::new();
         self.tags().for_each_busy(None, |busy| {
             let request = busy.request;
             let (generation, state) = request.snapshot();
             let deadline = request.deadline_ns();
-            if state != RqState::InFlight || deadline > now_ns || deadline == u64::MAX {
-                return true;
+            if state == RqState::InFlight
+                && deadline <= now_ns
+                && deadline != u64::MAX
+                && request.swap_deadline(deadline, u64::MAX)
+            {
+                expired.push((busy.hctx, busy.tag, generation, deadline));
             }
-            if !request.swap_deadline(deadline, u64::MAX) {
-                return true;
-            }
+            true
+        });
+        let mut fired = 0;
+        let timeout = self.host.set.timeout_ns();
+        let driver = self.driver();
+        for (hctx, tag, generation, deadline) in expired {
+            let Some(request) = self.tags().tag_to_rq(hctx, tag) else {
+                continue;
+            };
             if request.snapshot() != (generation, RqState::InFlight) {
-                // Restarted meanwhile: its own deadline was set after ours; put ours back
-                // only if nobody moved it since.
+                // Ended or restarted meanwhile; a new start set its own deadline, so this
+                // puts ours back only if nobody moved it since.
                 request.swap_deadline(u64::MAX, deadline);
-                return true;
+                continue;
             }
             fired += 1;
-            match driver.timeout(&self.cx(busy.hctx), request) {
+            match driver.timeout(&self.cx(hctx), request) {
                 TimeoutAction::Done => {}
                 TimeoutAction::ResetTimer => {
                     request.swap_deadline(u64::MAX, now_ns.saturating_add(timeout));
                 }
             }
-            true
-        });
-        self.exit();
+        }
         self.timeouts.fetch_add(fired as u64, Ordering::Relaxed);
         fired
     }
@@ -1484,8 +1632,8 @@ impl<D: Driver> RequestQueue<D> {
     /// Whatever [`QueueTags::set_nr_requests`] refuses ([`ConfigError::NoScheduler`]
     /// without an elevator).
     pub fn set_nr_requests(&self, nr: usize) -> Result<(), ConfigError> {
-        self.freeze();
-        self.quiesce();
+        let _change = self.change.lock();
+        self.lock_out();
         let result = self.tags().set_nr_requests(nr);
         if result.is_ok() {
             let nr_keys = self.tags().nr_keys();
@@ -1493,8 +1641,7 @@ impl<D: Driver> RequestQueue<D> {
                 e.depth_updated(nr, nr_keys);
             }
         }
-        self.unquiesce();
-        self.unfreeze();
+        self.let_in();
         result
     }
 
@@ -1509,28 +1656,24 @@ impl<D: Driver> RequestQueue<D> {
         elevator: Option<Box<dyn Elevator>>,
         nr_requests: Option<usize>,
     ) -> Result<(), ConfigError> {
-        self.freeze();
-        self.quiesce();
-        // SAFETY: frozen with no usage left and quiesced with no runner (both waited for
-        // just above): nothing else reaches the tags until we unquiesce.
+        let _change = self.change.lock();
+        self.lock_out();
+        // SAFETY: the change lock makes us the only changer; frozen with no usage left,
+        // quiesced with no runner and `switching` set (all waited for in `lock_out`),
+        // nothing else reaches the tags until `let_in`.
         let tags = unsafe { &mut *self.tags.get() };
-        let result = (|| {
-            match &elevator {
-                Some(e) => {
-                    tags.attach_scheduler(nr_requests, |init| self.host.driver.init_request(init))?;
-                    if let Some(depth) = e.min_shallow_depth() {
-                        tags.set_min_shallow_depth(depth)?;
-                    }
-                }
-                None => {
-                    if tags.has_scheduler() {
-                        tags.detach_scheduler()
-                            .map_err(|_| ConfigError::SchedulerBusy)?;
-                    }
-                }
-            }
-            Ok(())
-        })();
+        let result = match &elevator {
+            Some(e) => tags
+                .attach_scheduler(nr_requests, |init| self.host.driver.init_request(init))
+                .and_then(|()| match e.min_shallow_depth() {
+                    Some(depth) => tags.set_min_shallow_depth(depth),
+                    None => Ok(()),
+                }),
+            None if tags.has_scheduler() => tags
+                .detach_scheduler()
+                .map_err(|_| ConfigError::SchedulerBusy),
+            None => Ok(()),
+        };
         if result.is_ok() {
             let mut elevator = elevator;
             if let (Some(e), Some(nr)) = (elevator.as_mut(), tags.nr_requests()) {
@@ -1539,10 +1682,28 @@ impl<D: Driver> RequestQueue<D> {
             self.has_elevator
                 .store(elevator.is_some(), Ordering::SeqCst);
             *self.elevator.lock() = elevator;
+            // Room for every request the queue may now hold, made here, not per I/O.
+            let capacity = self.host.set.depth() + tags.nr_requests().unwrap_or(0);
+            self.reserve(capacity);
         }
-        self.unquiesce();
-        self.unfreeze();
+        self.let_in();
         result
+    }
+
+    /// Makes the queue lists hold `capacity` requests without growing.
+    fn reserve(&self, capacity: usize) {
+        let grow = |list: &mut VecDeque<Rq>| {
+            let len = list.len();
+            list.reserve(capacity.saturating_sub(len));
+        };
+        grow(&mut self.requeue.lock());
+        for h in self.hctxs.iter() {
+            grow(&mut h.dispatch.lock());
+            grow(&mut h.scratch.lock());
+        }
+        for ctx in self.ctxs.iter().filter(|c| c.pos != usize::MAX) {
+            grow(&mut ctx.list.lock());
+        }
     }
 }
 
@@ -1606,6 +1767,9 @@ impl<D: Driver> Drop for RequestQueue<D> {
                 });
         }
         self.splits.fail_all(Status::IoErr);
+        // What the driver still holds will never end through this queue.
+        let held = self.in_driver.swap(0, Ordering::SeqCst);
+        self.host.in_driver.fetch_sub(held, Ordering::SeqCst);
         if let Some(slot) = self.host.queues.lock().get_mut(self.slot) {
             *slot = None;
         }
@@ -1620,6 +1784,33 @@ impl<D: Driver> fmt::Debug for RequestQueue<D> {
             .field("usage", &self.usage())
             .field("elevator", &self.elevator_name())
             .finish_non_exhaustive()
+    }
+}
+
+/// A usage count held; given back on drop.
+struct Exit<'a, D: Driver>(&'a RequestQueue<D>);
+
+/// A request queue's tags, kept from being replaced while this lives
+/// ([`RequestQueue::queue_tags`]).
+pub struct TagsGuard<'a, D: Driver>(Exit<'a, D>);
+
+impl<D: Driver> core::ops::Deref for TagsGuard<'_, D> {
+    type Target = QueueTags<D::Payload, D::Platform>;
+
+    fn deref(&self) -> &Self::Target {
+        self.0.0.tags()
+    }
+}
+
+impl<D: Driver> fmt::Debug for TagsGuard<'_, D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("TagsGuard").finish_non_exhaustive()
+    }
+}
+
+impl<D: Driver> Drop for Exit<'_, D> {
+    fn drop(&mut self) {
+        self.0.exit();
     }
 }
 
@@ -1913,7 +2104,7 @@ impl<D: Driver> RequestQueue<D> {
                     self.end_unissued(rq, Status::IoErr);
                     continue;
                 }
-                self.host.in_driver.fetch_add(1, Ordering::SeqCst);
+                self.driver_in();
                 batch.push_back(rq);
             }
             let mut driver_batch = RqBatch {
@@ -1931,7 +2122,7 @@ impl<D: Driver> RequestQueue<D> {
                 let Some(mut rq) = batch.pop_front() else {
                     break;
                 };
-                self.host.in_driver.fetch_sub(1, Ordering::SeqCst);
+                self.driver_out();
                 driver.put_budget(&cx);
                 let _ = tags.requeue(&mut rq);
                 if matches!(why, Status::Resource | Status::DevResource) {

@@ -109,6 +109,29 @@ impl<R: lock_api::RawMutex> SplitPool<R> {
         whole
     }
 
+    /// Gives the parent back from its only piece (none of it went in), freeing the slot.
+    pub(crate) fn abandon(&self, piece: Bio) -> Bio {
+        let Some(slot) = self.slot_of(&piece) else {
+            return piece;
+        };
+        let index = (piece.private & 0xffff_ffff) as u32;
+        let parent = {
+            let mut s = slot.lock();
+            if s.remaining != 1 {
+                return piece;
+            }
+            s.remaining = 0;
+            s.parent.take()
+        };
+        match parent {
+            Some(parent) => {
+                self.free.lock().push(index);
+                parent
+            }
+            None => piece,
+        }
+    }
+
     /// Ends `bio`: a piece counts towards its parent, which ends with the first error of
     /// its pieces when the last one ends; any other bio ends through its callback.
     pub(crate) fn end(&self, bio: Bio, status: Status) {
