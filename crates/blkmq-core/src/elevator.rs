@@ -258,7 +258,7 @@ impl core::fmt::Debug for ElvCx<'_> {
 /// assert!(!fifo.has_work(0));
 /// assert!(fifo.next_timer().is_none());
 /// ```
-pub trait Elevator: Send {
+pub trait Elevator: core::any::Any + Send {
     /// The scheduler's name (`"mq-deadline"`, `"bfq"`).
     fn name(&self) -> &'static str;
 

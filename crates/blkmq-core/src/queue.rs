@@ -580,6 +580,46 @@ impl<D: Driver> RequestQueue<D> {
         self.elevator.lock().as_ref().map(|e| e.name())
     }
 
+    /// Runs `f` on the elevator, if the queue has one of type `E` (to read its counters or
+    /// change its tunables at run time), under the elevator's lock.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # struct Null;
+    /// # impl Driver for Null {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// struct Noop(u32);
+    /// impl Elevator for Noop {
+    ///     fn name(&self) -> &'static str { "noop" }
+    ///     fn insert_requests(&mut self, _: &ElvCx<'_>, _: &mut dyn Iterator<Item = Rq>, _: bool) {}
+    ///     fn dispatch_request(&mut self, _: &ElvCx<'_>, _: usize) -> Option<Rq> { None }
+    ///     fn has_work(&self, _: usize) -> bool { false }
+    /// }
+    /// let host = Host::new(TagSet::builder(4), StdPlatform::new(), Null).unwrap();
+    /// let config = QueueConfig::new(QueueLimits::new(64)).elevator(Box::new(Noop(7)));
+    /// let queue = host.add_queue(config).unwrap();
+    /// assert_eq!(queue.with_elevator(|e: &mut Noop| e.0), Some(7));
+    /// ```
+    pub fn with_elevator<E: Elevator, R>(&self, f: impl FnOnce(&mut E) -> R) -> Option<R> {
+        let mut guard = self.elevator.lock();
+        let e: &mut dyn Elevator = guard.as_deref_mut()?;
+        let any: &mut dyn core::any::Any = e;
+        any.downcast_mut::<E>().map(f)
+    }
+
+    /// When the elevator holds work back (idling), the platform time to run the queue
+    /// again at ([`Elevator::next_timer`]).
+    pub fn next_timer(&self) -> Option<u64> {
+        self.elevator.lock().as_ref().and_then(|e| e.next_timer())
+    }
+
     /// Timeouts fired so far.
     pub fn timeouts(&self) -> u64 {
         self.timeouts.load(Ordering::Relaxed)
