@@ -163,22 +163,22 @@ impl<D: Driver> Host<D> {
     pub fn quiesce(&self) {
         self.quiesced.fetch_add(1, Ordering::SeqCst);
         seqcst_pair();
-        let queues: Vec<_> = (0..self.queues.lock().len())
-            .filter_map(|s| self.queue_at(s))
-            .collect();
-        for queue in queues {
-            queue.wait_runs();
-        }
+        self.for_each_queue(|queue| queue.wait_runs());
     }
 
     /// Undoes one [`quiesce`](Self::quiesce); the last one reruns every queue.
     pub fn unquiesce(&self) {
         if self.quiesced.fetch_sub(1, Ordering::SeqCst) == 1 {
-            let queues: Vec<_> = (0..self.queues.lock().len())
-                .filter_map(|s| self.queue_at(s))
-                .collect();
-            for queue in queues {
-                queue.run_hw_queues();
+            self.for_each_queue(|queue| queue.run_hw_queues());
+        }
+    }
+
+    /// Calls `f` with each live queue, the registry unlocked.
+    fn for_each_queue(&self, mut f: impl FnMut(&RequestQueue<D>)) {
+        let slots = self.queues.lock().len();
+        for slot in 0..slots {
+            if let Some(queue) = self.queue_at(slot) {
+                f(&queue);
             }
         }
     }
@@ -1673,6 +1673,9 @@ impl<D: Driver> RequestQueue<D> {
     /// without an elevator).
     pub fn set_nr_requests(&self, nr: usize) -> Result<(), ConfigError> {
         let _change = self.change.lock();
+        if !self.has_elevator.load(Ordering::SeqCst) {
+            return Err(ConfigError::NoScheduler);
+        }
         self.lock_out();
         let result = self.tags().set_nr_requests(nr);
         if result.is_ok() {
@@ -1989,11 +1992,6 @@ impl<'q, D: Driver> Plug<'q, D> {
 
     /// Adds a fresh request, flushing first when the plug is full or its last request large.
     fn add(&mut self, queue: &'q RequestQueue<D>, rq: Rq) {
-        if let Some((first, _)) = self.rqs.first() {
-            if !core::ptr::eq(*first, queue) {
-                self.multiple_queues = true;
-            }
-        }
         let max = if self.multiple_queues {
             PLUG_MAX_MULTI
         } else {
@@ -2005,6 +2003,12 @@ impl<'q, D: Driver> Plug<'q, D> {
         });
         if self.rqs.len() >= max || large {
             self.flush();
+        }
+        // As Linux: several queues once a request follows one of another queue.
+        if let Some((last, _)) = self.rqs.last() {
+            if !core::ptr::eq(*last, queue) {
+                self.multiple_queues = true;
+            }
         }
         self.rqs.push((queue, rq));
     }
