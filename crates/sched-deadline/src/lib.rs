@@ -397,9 +397,13 @@ impl Deadline {
         // An insert merge: a queued request ending where this one starts takes it.
         let t = Self::tree(class, dir);
         let into = self.ends.find(sector, |k| {
+            let fits = self.slots[k]
+                .as_ref()
+                .is_some_and(|target| cx.can_append(target, &rq));
             self.sorted.contains(k)
                 && self.info[k].class as usize == class
                 && self.info[k].dir as usize == dir
+                && fits
         });
         let mut rq = rq;
         if let Some(into) = into {
@@ -477,7 +481,7 @@ impl Deadline {
     fn grow(&mut self, nr_keys: usize) {
         let nr_keys = nr_keys.max(self.slots.len());
         let mut slots = Vec::with_capacity(nr_keys);
-        slots.extend(self.slots.drain(..));
+        slots.append(&mut self.slots);
         slots.resize_with(nr_keys, || None);
         self.slots = slots;
         self.info.resize(nr_keys, KeyInfo::default());
@@ -649,10 +653,19 @@ impl Elevator for Deadline {
 
     fn request_merge(&mut self, cx: &ElvCx<'_>, bio: &Bio) -> Option<(usize, MergeKind)> {
         let (class, dir) = (class_index(bio.prio.class()), dir_of(bio.op));
+        // Only a candidate that can take the bio counts: an unmergeable one ending (or
+        // starting) at the same sector must not hide another that can.
+        let fits = |key: usize, kind: MergeKind| {
+            self.slots[key]
+                .as_ref()
+                .and_then(|rq| cx.io(rq).ok())
+                .is_some_and(|io| cx.limits().merge_kind(io, bio) == Some(kind))
+        };
         let back = self.ends.find(bio.sector, |k| {
             self.sorted.contains(k)
                 && self.info[k].class as usize == class
                 && self.info[k].dir as usize == dir
+                && fits(k, MergeKind::Back)
         });
         if let Some(key) = back {
             return Some((key, MergeKind::Back));
@@ -661,9 +674,18 @@ impl Elevator for Deadline {
             return None;
         }
         let end = bio.end_sector();
-        let key = self.sorted.lower_bound(Self::tree(class, dir), end)?;
-        let _ = cx;
-        (self.sorted.sector(key) == end).then_some((key, MergeKind::Front))
+        let t = Self::tree(class, dir);
+        let mut at = self.sorted.lower_bound(t, end);
+        while let Some(key) = at {
+            if self.sorted.sector(key) != end {
+                return None;
+            }
+            if fits(key, MergeKind::Front) {
+                return Some((key, MergeKind::Front));
+            }
+            at = self.sorted.next(key);
+        }
+        None
     }
 
     fn request(&self, key: usize) -> Option<&Rq> {
