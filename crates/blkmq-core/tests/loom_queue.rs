@@ -1,0 +1,440 @@
+//! Loom models of the dispatch engine's restart and run protocols: no interleaving of a
+//! submission that gives up and the completion that makes room for it strands a request.
+//!
+//! Run with
+//! `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p blkmq-core --release --test loom_queue`.
+//!
+//! Each model builds a [`Host`] whose driver can hold only so much (room on the device, or a
+//! budget), fills it, and races a submission that must give up against the completion that
+//! makes room. Once the threads are joined and the platform's kicks are served
+//! ([`Host::run_kicked`], as a platform's deferred work would), the new request (with two
+//! submitters, one of them) must be on the device before anything else completes: a request
+//! left on a dispatch list then waits for a completion that may never come. The models with a second request in flight through
+//! the race check the completion epoch on its own (with nothing in flight, a give-up that
+//! misses a completion still kicks the platform). The rest is drained only by completing what
+//! the device holds and serving kicks: nobody runs a hardware queue by hand.
+//!
+//! The library's locks are `lock_api::Mutex<P::RawMutex, _>`. A spin lock on `core` atomics
+//! would spin where loom cannot see it, so the platform here supplies [`LoomRawMutex`], whose
+//! state is a loom atomic and whose waiting yields to loom's scheduler.
+
+#![cfg(loom)]
+
+use std::cell::Cell;
+use std::sync::{Arc, OnceLock};
+
+use blkmq_core::{
+    Bio, Driver, HctxCx, Host, Op, Platform, QueueConfig, QueueLimits, Rejected, Request,
+    RequestInit, RequestQueue, Rq, Status, TagSet, TagSetBuilder, TagSetFlags,
+};
+use loom::sync::Mutex;
+use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use loom::thread;
+
+/// A raw lock loom can see: a loom `AtomicBool`, spun on with `yield_now`.
+///
+/// `lock_api::RawMutex::INIT` must be a constant, and loom's atomics are not constructible in
+/// a constant (they register with the running model). So the flag is made on first use,
+/// behind a `OnceLock` (whose `new` is `const`). Loom runs every model thread on one OS
+/// thread and switches only at its own operations; making a loom atomic is not one, so the
+/// lazy initialisation is never interleaved. Every lock is made inside the model, so its flag
+/// belongs to the iteration that uses it.
+struct LoomRawMutex {
+    locked: OnceLock<AtomicBool>,
+}
+
+impl LoomRawMutex {
+    fn flag(&self) -> &AtomicBool {
+        self.locked.get_or_init(|| AtomicBool::new(false))
+    }
+}
+
+// SAFETY: `lock` returns only after this thread changed the flag from false to true with
+// acquire ordering, and `unlock` (called by the holder only) stores false with release
+// ordering, so at most one holder exists at a time and each sees the previous one's writes.
+unsafe impl lock_api::RawMutex for LoomRawMutex {
+    const INIT: Self = Self {
+        locked: OnceLock::new(),
+    };
+
+    type GuardMarker = lock_api::GuardSend;
+
+    fn lock(&self) {
+        while !self.try_lock() {
+            thread::yield_now();
+        }
+    }
+
+    fn try_lock(&self) -> bool {
+        self.flag()
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    unsafe fn unlock(&self) {
+        self.flag().store(false, Ordering::Release);
+    }
+}
+
+loom::thread_local! {
+    /// The CPU the calling model thread runs on (0 unless it says otherwise).
+    static CPU: Cell<usize> = Cell::new(0);
+}
+
+/// Runs the calling model thread on `cpu` from now on.
+fn pin(cpu: usize) {
+    CPU.with(|c| c.set(cpu));
+}
+
+/// CPUs from a per-thread setting, a clock that stands still, and kicks counted.
+struct LoomPlatform {
+    nr_cpus: usize,
+    kicks: AtomicUsize,
+}
+
+impl Platform for LoomPlatform {
+    type RawMutex = LoomRawMutex;
+
+    fn nr_cpus(&self) -> usize {
+        self.nr_cpus
+    }
+
+    fn current_cpu(&self) -> usize {
+        CPU.with(Cell::get)
+    }
+
+    fn now_ns(&self) -> u64 {
+        0
+    }
+
+    fn kick(&self, _hctx: usize) {
+        self.kicks.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// A device with room for `slots` requests at once and, optionally, a budget of `budget`
+/// units. It holds what it takes until the test ends it.
+struct Device {
+    slots: usize,
+    /// Requests on the device now: taken in `queue_rq`, given back in `complete`.
+    busy: AtomicUsize,
+    budget: Option<usize>,
+    /// Budget units out.
+    budget_used: AtomicUsize,
+    /// Requests taken so far.
+    taken: AtomicUsize,
+    /// The requests it holds, for the test to end.
+    held: Mutex<Vec<Rq>>,
+}
+
+impl Device {
+    fn new(slots: usize, budget: Option<usize>) -> Self {
+        Self {
+            slots,
+            busy: AtomicUsize::new(0),
+            budget,
+            budget_used: AtomicUsize::new(0),
+            taken: AtomicUsize::new(0),
+            held: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Takes one unit of `count` if fewer than `max` are out.
+    fn take(count: &AtomicUsize, max: usize) -> bool {
+        let mut now = count.load(Ordering::SeqCst);
+        while now < max {
+            match count.compare_exchange(now, now + 1, Ordering::SeqCst, Ordering::SeqCst) {
+                Ok(_) => return true,
+                Err(seen) => now = seen,
+            }
+        }
+        false
+    }
+
+    /// Gives one unit of `count` back; it must have been out.
+    fn give(count: &AtomicUsize, what: &str) {
+        let before = count.fetch_sub(1, Ordering::SeqCst);
+        assert!(before > 0, "{what} given back more often than taken");
+    }
+
+    fn taken(&self) -> usize {
+        self.taken.load(Ordering::SeqCst)
+    }
+
+    /// The requests it holds now, handed over to the caller.
+    fn take_held(&self) -> Vec<Rq> {
+        core::mem::take(&mut *self.held.lock().unwrap())
+    }
+}
+
+impl Driver for Device {
+    type Platform = LoomPlatform;
+    type Payload = ();
+
+    fn init_request(&self, _: RequestInit) {}
+
+    fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _last: bool) -> Result<(), Rejected> {
+        if !Self::take(&self.busy, self.slots) {
+            return Err(Rejected {
+                rq,
+                status: Status::Resource,
+            });
+        }
+        self.held.lock().unwrap().push(rq);
+        self.taken.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn get_budget(&self, _: &HctxCx<'_, Self>) -> bool {
+        match self.budget {
+            Some(max) => Self::take(&self.budget_used, max),
+            None => true,
+        }
+    }
+
+    fn put_budget(&self, _: &HctxCx<'_, Self>) {
+        if self.budget.is_some() {
+            Self::give(&self.budget_used, "budget");
+        }
+    }
+
+    fn complete(&self, _: &HctxCx<'_, Self>, _: &Request<()>) {
+        // Every request the models end was taken by the device first.
+        Self::give(&self.busy, "a device slot");
+    }
+}
+
+/// One host and one request queue over it.
+struct World {
+    host: Arc<Host<Device>>,
+    queue: Arc<RequestQueue<Device>>,
+}
+
+impl World {
+    /// A queue of capacity 1024 sectors on a host with `tags`, over `nr_cpus` CPUs, and a
+    /// device as given.
+    fn new(tags: TagSetBuilder, nr_cpus: usize, device: Device) -> Self {
+        let platform = LoomPlatform {
+            nr_cpus,
+            kicks: AtomicUsize::new(0),
+        };
+        let host = Host::new(tags.max_queues(1), platform, device).unwrap();
+        let queue = host
+            .add_queue(QueueConfig::new(QueueLimits::new(1024)))
+            .unwrap();
+        Self { host, queue }
+    }
+
+    fn device(&self) -> &Device {
+        self.host.driver()
+    }
+
+    /// Submits a read of 8 sectors at `sector`; the queue must take it.
+    fn submit(&self, sector: u64) {
+        assert!(
+            self.queue.submit(Bio::new(Op::Read, sector, 8)).is_ok(),
+            "the queue refused a bio"
+        );
+    }
+
+    /// Fills the device before the race with `n` requests (at sectors 0, 16, ...), which it
+    /// takes, and hands them back: the first for the racing completion to end, the rest to
+    /// stay in flight through the race.
+    fn prefill(&self, n: usize) -> Vec<Rq> {
+        for i in 0..n {
+            self.submit(16 * i as u64);
+        }
+        let held = self.device().take_held();
+        assert_eq!(held.len(), n, "the device did not take the first requests");
+        held
+    }
+
+    /// The hardware queue of each request the device holds now.
+    fn held_hctxs(&self) -> Vec<usize> {
+        let held = self.device().held.lock().unwrap();
+        held.iter()
+            .map(|rq| self.queue.request(rq).unwrap().hctx())
+            .collect()
+    }
+
+    /// Serves the platform's kicks, as its deferred work would.
+    fn serve_kicks(&self) -> bool {
+        let kicks = self.host.set().platform().kicks.swap(0, Ordering::SeqCst);
+        if kicks == 0 {
+            return false;
+        }
+        assert!(self.host.run_kicked() > 0, "kicked, but no queue marked");
+        true
+    }
+
+    /// Right after the race, with nothing else completed: serves the kicks and checks that
+    /// the device has taken `expected` requests so far. The completion freed room for them,
+    /// so a request still queued now waits for nothing but a completion that may never come.
+    fn check_taken(&self, expected: usize) {
+        self.serve_kicks();
+        assert_eq!(
+            self.device().taken(),
+            expected,
+            "a request was stranded after the race (host {:?}, queue {:?})",
+            self.host,
+            self.queue,
+        );
+    }
+
+    /// Ends `in_flight` (left from the prefill), then serves kicks and ends what the device
+    /// holds until neither is left; checks that `expected` requests reached the device in all
+    /// and that nothing is left behind.
+    fn drain(&self, in_flight: impl IntoIterator<Item = Rq>, expected: usize) {
+        for rq in in_flight {
+            self.queue.end_request(rq, Status::Ok);
+        }
+        for _ in 0..=expected {
+            let kicked = self.serve_kicks();
+            let held = self.device().take_held();
+            if !kicked && held.is_empty() {
+                break;
+            }
+            for rq in held {
+                self.queue.end_request(rq, Status::Ok);
+            }
+        }
+        assert_eq!(self.device().taken(), expected, "a request was stranded");
+        for hctx in 0..self.queue.nr_hw_queues() {
+            assert!(!self.queue.has_work(hctx), "hardware queue {hctx} has work");
+        }
+        assert_eq!(self.host.in_driver(), 0);
+        assert_eq!(self.queue.usage(), 0);
+        assert_eq!(self.host.set().busy(), 0);
+    }
+}
+
+/// Runs `f` in every interleaving loom finds with at most `bound` preemptions (`None`: all
+/// of them), unless `LOOM_MAX_PREEMPTIONS` says otherwise.
+fn model(bound: Option<usize>, f: impl Fn() + Sync + Send + 'static) {
+    let mut builder = loom::model::Builder::new();
+    if builder.preemption_bound.is_none() {
+        builder.preemption_bound = bound;
+    }
+    let f = Arc::new(f);
+    builder.check(move || {
+        // Building a host needs more than the model's default stack: run the body on a
+        // thread with a larger one.
+        let f = f.clone();
+        spawn(move || f()).join().unwrap();
+    });
+}
+
+/// A model thread with a 1 MiB stack.
+fn spawn(f: impl FnOnce() + Send + 'static) -> thread::JoinHandle<()> {
+    thread::Builder::new().stack_size(1 << 20).spawn(f).unwrap()
+}
+
+/// The race every model but the last runs: the device is full (of `1 + others` requests,
+/// all of hardware queue 0), a submitter on `cpu` (of hardware queue `cpu`) submits one
+/// more, which it must give up on, and the first of the held requests completes meanwhile.
+/// Right after, the new request must be on the device; at the end, every request has been
+/// through it.
+fn give_up_vs_completion(world: World, cpu: usize, others: usize) {
+    let world = Arc::new(world);
+    let held = world.prefill(1 + others);
+    for rq in &held {
+        assert_eq!(world.queue.request(rq).unwrap().hctx(), 0);
+    }
+    let mut held = held.into_iter();
+    let first = held.next().unwrap();
+    let submitter = {
+        let world = world.clone();
+        spawn(move || {
+            pin(cpu);
+            world.submit(64);
+        })
+    };
+    world.queue.end_request(first, Status::Ok);
+    submitter.join().unwrap();
+    world.check_taken(2 + others);
+    assert_eq!(
+        world.held_hctxs(),
+        [cpu],
+        "the new request, on its hardware queue"
+    );
+    world.drain(held, 2 + others);
+}
+
+/// One hardware queue, no elevator, a device with room for one request, which it holds. A
+/// submitter's request is rejected ([`Status::Resource`]) while the held one completes: the
+/// completion must rerun the queue, or the dispatcher must see the completion and go round
+/// again, or (nothing being left in flight) the platform must be kicked. The new request
+/// reaches the device at once.
+#[test]
+fn resource_give_up_vs_completion() {
+    model(None, || {
+        let world = World::new(TagSet::builder(2), 1, Device::new(1, None));
+        give_up_vs_completion(world, 0, 0);
+    });
+}
+
+/// As [`resource_give_up_vs_completion`], with a second request on the device (room for
+/// two) that stays in flight through the race: the kick is not there to fall back on, and
+/// the completion epoch alone must catch a completion that drained before the give-up was
+/// marked. The new request must not wait for the other request to complete.
+#[test]
+fn resource_give_up_vs_completion_with_another_in_flight() {
+    model(None, || {
+        let world = World::new(TagSet::builder(4), 1, Device::new(2, None));
+        give_up_vs_completion(world, 0, 1);
+    });
+}
+
+/// As [`resource_give_up_vs_completion`], with host-wide tags over two hardware queues: the
+/// device's slots are held by requests of hardware queue 0 and the submitter runs on the CPU
+/// of hardware queue 1. The completion on queue 0 must restart queue 1. Run with and without
+/// a second request in flight.
+#[test]
+fn shared_tags_give_up_restarted_across_hardware_queues() {
+    for others in [0, 1] {
+        model(None, move || {
+            let tags = TagSet::builder(4)
+                .hw_queues(2)
+                .flags(TagSetFlags::SHARED_HOST_TAGS);
+            let world = World::new(tags, 2, Device::new(1 + others, None));
+            give_up_vs_completion(world, 1, others);
+        });
+    }
+}
+
+/// A device with room to spare but a budget of one unit per request it holds. The submitter
+/// gives up for lack of budget while a held request completes (giving its unit back): the
+/// new request reaches the device at once. Run with and without a second request in flight.
+#[test]
+fn budget_give_up_vs_completion() {
+    for others in [0, 1] {
+        model(None, move || {
+            let world = World::new(TagSet::builder(4), 1, Device::new(4, Some(1 + others)));
+            give_up_vs_completion(world, 0, others);
+        });
+    }
+}
+
+/// Two submitters and a completion, with room for one request on the device, which holds
+/// one. Right after the race one new request is on the device; the other follows when that
+/// one completes. Only completions and kicks move them: nobody runs a queue by hand.
+#[test]
+fn two_submitters_and_a_completion() {
+    model(Some(3), || {
+        let world = Arc::new(World::new(TagSet::builder(4), 1, Device::new(1, None)));
+        let first = world.prefill(1).pop().unwrap();
+        let submitters: Vec<_> = [64, 128]
+            .into_iter()
+            .map(|sector| {
+                let world = world.clone();
+                spawn(move || world.submit(sector))
+            })
+            .collect();
+        world.queue.end_request(first, Status::Ok);
+        for s in submitters {
+            s.join().unwrap();
+        }
+        world.check_taken(2);
+        world.drain([], 3);
+    });
+}
