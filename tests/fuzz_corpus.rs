@@ -1,14 +1,15 @@
-//! Replays the checked-in seed corpora of the fuzz targets (`sbitmap_ops`, `tagset_ops`) on
-//! stable, so that every `cargo test` runs what the fuzzer found interesting, without nightly or
-//! libFuzzer.
+//! Replays the checked-in seed corpora of the fuzz targets (`sbitmap_ops`, `tagset_ops`,
+//! `queue_ops`) on stable, so that every `cargo test` runs what the fuzzer found interesting,
+//! without nightly or libFuzzer.
 //!
 //! Each file in `fuzz/seeds/<target>/` is decoded exactly as `fuzz_target!` decodes its input
 //! (`arbitrary_take_rest` of a `(Config, Vec<Op>)`, after the same minimum-length check) and run
 //! through the same model. A corpus must exist, every seed must decode, and together the seeds
 //! must reach every op kind and the target's configuration modes (for `sbitmap_ops` both
 //! allocation modes and both targets; for `tagset_ops` per-queue and shared host tags, each with
-//! and without scheduler tags), so a corpus that goes missing or stale fails here instead of
-//! silently testing nothing.
+//! and without scheduler tags; for `queue_ops` per-queue and shared host tags, with and without
+//! an elevator, each with a driver taking requests one at a time and in batches), so a corpus
+//! that goes missing or stale fails here instead of silently testing nothing.
 
 // The models run real atomics, which loom's only work inside `loom::model`.
 #![cfg(not(loom))]
@@ -122,5 +123,29 @@ fn tagset_seed_corpus_passes_the_model() {
         modes.len(),
         4,
         "seeds cover only (shared_tags, scheduler tags) = {modes:?}"
+    );
+}
+
+#[test]
+fn queue_seed_corpus_passes_the_checks() {
+    use blkmq_core::ops::queue::{Config, MAX_QUEUES, Op, run};
+
+    let (kinds, modes) = replay(
+        "queue_ops",
+        |(config, ops): &(Config, Vec<Op>)| run(config, ops),
+        |(config, ops)| {
+            let kinds = ops.iter().map(Op::kind).collect();
+            // Whether some queue starts with the elevator (`Config::elevators`).
+            let queues = 1 + u32::from(config.queues) % MAX_QUEUES as u32;
+            let elevator = u32::from(config.elevators) & ((1 << queues) - 1) != 0;
+            (kinds, (config.shared_tags, elevator, config.batch_driver))
+        },
+    );
+    let missing = missing(Op::KINDS, &kinds);
+    assert!(missing.is_empty(), "no seed has an op of kind {missing:?}");
+    assert_eq!(
+        modes.len(),
+        8,
+        "seeds cover only (shared_tags, elevator, batch_driver) = {modes:?}"
     );
 }

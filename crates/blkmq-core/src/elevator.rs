@@ -84,6 +84,17 @@ impl<T, P: Platform> ElvBackend for QueueTags<T, P> {
 
 impl<'a> ElvCx<'a> {
     /// A context over bare tags, with `limits` for merging and `now_ns` as the time.
+    ///
+    /// ```
+    /// use blkmq_core::{ElvCx, QueueLimits, StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let mut tags = set.attach().unwrap();
+    /// tags.attach_scheduler(None, |_| ()).unwrap(); // as a queue with an elevator has
+    /// let limits = QueueLimits::new(1 << 20);
+    /// let cx = ElvCx::new(&tags, &limits, 1_000);
+    /// assert_eq!((cx.now_ns(), cx.limits(), cx.nr_keys()), (1_000, &limits, tags.nr_keys()));
+    /// ```
     pub fn new<T, P: Platform>(
         tags: &'a QueueTags<T, P>,
         limits: &'a QueueLimits,
@@ -109,11 +120,29 @@ impl<'a> ElvCx<'a> {
     }
 
     /// The platform's time when the call was made.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
+    /// # let tags = set.attach().unwrap();
+    /// # let limits = QueueLimits::new(1 << 20);
+    /// let cx = ElvCx::new(&tags, &limits, 5_000);
+    /// assert_eq!(cx.now_ns(), 5_000); // a queue passes its platform's `now_ns()`
+    /// ```
     pub fn now_ns(&self) -> u64 {
         self.now_ns
     }
 
     /// The queue's limits.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
+    /// # let tags = set.attach().unwrap();
+    /// let limits = QueueLimits { max_sectors: 64, ..QueueLimits::new(1 << 20) };
+    /// let cx = ElvCx::new(&tags, &limits, 0);
+    /// assert_eq!(cx.limits().max_sectors, 64);
+    /// ```
     pub fn limits(&self) -> &QueueLimits {
         self.limits
     }
@@ -122,6 +151,22 @@ impl<'a> ElvCx<'a> {
     ///
     /// # Errors
     /// [`TagError::ForeignRequest`] for a token of another queue.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
+    /// # let tags = set.attach().unwrap();
+    /// # let limits = QueueLimits::new(1 << 20);
+    /// let cx = ElvCx::new(&tags, &limits, 0);
+    /// let mut rq = tags.alloc(&Alloc::new(0, 0)).unwrap();
+    /// tags.set_bio(&mut rq, Bio::new(Op::Read, 0, 8)).unwrap();
+    /// assert_eq!(cx.io(&rq).unwrap().sector(), 0);
+    /// let other = set.attach().unwrap();
+    /// let foreign = other.alloc(&Alloc::new(0, 0)).unwrap();
+    /// assert_eq!(cx.io(&foreign).unwrap_err(), TagError::ForeignRequest);
+    /// # other.free(foreign).unwrap();
+    /// # tags.free(rq).unwrap();
+    /// ```
     pub fn io<'b>(&'b self, rq: &'b Rq) -> Result<&'b RqIo, TagError> {
         self.backend.io(rq)
     }
@@ -130,6 +175,19 @@ impl<'a> ElvCx<'a> {
     ///
     /// # Errors
     /// [`TagError::ForeignRequest`] for a token of another queue.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
+    /// # let tags = set.attach().unwrap();
+    /// # let limits = QueueLimits::new(1 << 20);
+    /// let cx = ElvCx::new(&tags, &limits, 0);
+    /// let mut rq = tags.alloc(&Alloc::new(0, 0)).unwrap();
+    /// tags.set_bio(&mut rq, Bio::new(Op::Read, 0, 8)).unwrap();
+    /// cx.io_mut(&mut rq).unwrap().sched_data[1] = 9; // the elevator's own data
+    /// assert_eq!(cx.io(&rq).unwrap().sched_data, [0, 9]);
+    /// # tags.free(rq).unwrap();
+    /// ```
     pub fn io_mut<'b>(&'b self, rq: &'b mut Rq) -> Result<&'b mut RqIo, TagError> {
         self.backend.io_mut(rq)
     }
@@ -137,16 +195,56 @@ impl<'a> ElvCx<'a> {
     /// A dense index for the request, below [`nr_keys`](Self::nr_keys): elevators keep
     /// per-request data in arrays of that size, made in
     /// [`Elevator::depth_updated`].
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
+    /// # let tags = set.attach().unwrap();
+    /// # let limits = QueueLimits::new(1 << 20);
+    /// let cx = ElvCx::new(&tags, &limits, 0);
+    /// let a = tags.alloc(&Alloc::new(0, 0)).unwrap();
+    /// let b = tags.alloc(&Alloc::new(0, 0)).unwrap();
+    /// let mut held: Vec<Option<Rq>> = (0..cx.nr_keys()).map(|_| None).collect();
+    /// let (ka, kb) = (cx.key(&a), cx.key(&b));
+    /// assert!(ka != kb && ka < cx.nr_keys() && kb < cx.nr_keys());
+    /// held[ka] = Some(a);
+    /// held[kb] = Some(b);
+    /// # for rq in held.into_iter().flatten() {
+    /// #     tags.free(rq).unwrap();
+    /// # }
+    /// ```
     pub fn key(&self, rq: &Rq) -> usize {
         self.backend.key(rq)
     }
 
     /// The hardware queue a request was made for (where it will be issued).
+    ///
+    /// ```
+    /// use blkmq_core::*;
+    ///
+    /// let set = TagSet::builder(8).hw_queues(2).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let tags = set.attach().unwrap();
+    /// let limits = QueueLimits::new(1 << 20);
+    /// let cx = ElvCx::new(&tags, &limits, 0);
+    /// let rq = tags.alloc(&Alloc::new(1, 0)).unwrap(); // for hardware queue 1
+    /// assert_eq!(cx.hctx(&rq), 1);
+    /// # tags.free(rq).unwrap();
+    /// ```
     pub fn hctx(&self, rq: &Rq) -> usize {
         self.backend.hctx(rq)
     }
 
     /// How many distinct [`key`](Self::key)s the queue's requests can have.
+    ///
+    /// ```
+    /// use blkmq_core::*;
+    ///
+    /// let set = TagSet::builder(4).hw_queues(2).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let tags = set.attach().unwrap();
+    /// let limits = QueueLimits::new(1 << 20);
+    /// let cx = ElvCx::new(&tags, &limits, 0);
+    /// assert_eq!(cx.nr_keys(), 8); // 4 requests on each hardware queue
+    /// ```
     pub fn nr_keys(&self) -> usize {
         self.backend.nr_keys()
     }
@@ -157,6 +255,23 @@ impl<'a> ElvCx<'a> {
     /// # Errors
     /// The bio, when it does not touch `rq`, the limits or the merge rules forbid it, or
     /// the bio pool is out of slots.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
+    /// # let tags = set.attach().unwrap();
+    /// # let limits = QueueLimits::new(1 << 20);
+    /// let cx = ElvCx::new(&tags, &limits, 0);
+    /// let mut rq = tags.alloc(&Alloc::new(0, 0)).unwrap();
+    /// tags.set_bio(&mut rq, Bio::new(Op::Write, 8, 8)).unwrap();
+    /// assert_eq!(cx.merge_bio(&mut rq, Bio::new(Op::Write, 16, 8)).unwrap(), MergeKind::Back);
+    /// assert_eq!(cx.merge_bio(&mut rq, Bio::new(Op::Write, 0, 8)).unwrap(), MergeKind::Front);
+    /// let apart = cx.merge_bio(&mut rq, Bio::new(Op::Write, 64, 8)).unwrap_err();
+    /// assert_eq!(apart.sector, 64); // does not touch: back, untouched
+    /// let io = cx.io(&rq).unwrap();
+    /// assert_eq!((io.sector(), io.sectors(), io.nr_bios()), (0, 24, 3));
+    /// # tags.free(rq).unwrap();
+    /// ```
     pub fn merge_bio(&self, rq: &mut Rq, bio: Bio) -> Result<MergeKind, Bio> {
         let Ok(io) = self.backend.io(rq) else {
             return Err(bio);
@@ -187,6 +302,26 @@ impl<'a> ElvCx<'a> {
     /// # Errors
     /// `from`, when the requests do not touch, the limits forbid it, or the bio pool is out
     /// of slots.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
+    /// # let tags = set.attach().unwrap();
+    /// # let limits = QueueLimits::new(1 << 20);
+    /// let cx = ElvCx::new(&tags, &limits, 0);
+    /// let mut rqs = Vec::new();
+    /// for sector in [0, 8, 64] {
+    ///     let mut rq = tags.alloc(&Alloc::new(0, 0)).unwrap();
+    ///     tags.set_bio(&mut rq, Bio::new(Op::Read, sector, 8)).unwrap();
+    ///     rqs.push(rq);
+    /// }
+    /// let (far, next, mut first) = (rqs.pop().unwrap(), rqs.pop().unwrap(), rqs.pop().unwrap());
+    /// cx.merge_requests(&mut first, next).unwrap(); // `next` is freed
+    /// assert_eq!((cx.io(&first).unwrap().sectors(), set.busy()), (16, 2));
+    /// let far = cx.merge_requests(&mut first, far).unwrap_err(); // not contiguous: back
+    /// # tags.free(far).unwrap();
+    /// # tags.free(first).unwrap();
+    /// ```
     pub fn merge_requests(&self, into: &mut Rq, mut from: Rq) -> Result<(), Rq> {
         let fits = match (self.backend.io(into), self.backend.io(&from)) {
             (Ok(a), Ok(b)) => self.limits.can_append(a, b),
@@ -200,6 +335,22 @@ impl<'a> ElvCx<'a> {
     }
 
     /// Whether `rq`'s I/O could take the request `next` on its end, by the queue's rules.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
+    /// # let tags = set.attach().unwrap();
+    /// # let limits = QueueLimits::new(1 << 20);
+    /// let cx = ElvCx::new(&tags, &limits, 0);
+    /// let mut a = tags.alloc(&Alloc::new(0, 0)).unwrap();
+    /// let mut b = tags.alloc(&Alloc::new(0, 0)).unwrap();
+    /// tags.set_bio(&mut a, Bio::new(Op::Read, 0, 8)).unwrap();
+    /// tags.set_bio(&mut b, Bio::new(Op::Read, 8, 8)).unwrap();
+    /// assert!(cx.can_append(&a, &b));
+    /// assert!(!cx.can_append(&b, &a)); // `a` does not start where `b` ends
+    /// # tags.free(a).unwrap();
+    /// # tags.free(b).unwrap();
+    /// ```
     pub fn can_append(&self, rq: &Rq, next: &Rq) -> bool {
         match (self.backend.io(rq), self.backend.io(next)) {
             (Ok(a), Ok(b)) => self.limits.can_append(a, b),
@@ -231,7 +382,7 @@ impl core::fmt::Debug for ElvCx<'_> {
 /// [`request_merged`](Self::request_merged), then tries to merge that request with its
 /// neighbour ([`next_request`](Self::next_request)), reporting
 /// [`requests_merged`](Self::requests_merged). [`bio_merge`](Self::bio_merge) runs that
-/// sequence; an elevator may replace it.
+/// sequence (its example implements these hooks); an elevator may replace it.
 ///
 /// ```
 /// use blkmq_core::{ElvCx, Elevator, Rq};
@@ -242,7 +393,12 @@ impl core::fmt::Debug for ElvCx<'_> {
 ///
 /// impl Elevator for Fifo {
 ///     fn name(&self) -> &'static str { "fifo" }
-///     fn insert_requests(&mut self, _: &ElvCx<'_>, rqs: &mut dyn Iterator<Item = Rq>, at_head: bool) {
+///     fn insert_requests(
+///         &mut self,
+///         _: &ElvCx<'_>,
+///         rqs: &mut dyn Iterator<Item = Rq>,
+///         at_head: bool,
+///     ) {
 ///         for rq in rqs {
 ///             if at_head { self.0.push_front(rq) } else { self.0.push_back(rq) }
 ///         }
@@ -260,10 +416,87 @@ impl core::fmt::Debug for ElvCx<'_> {
 /// ```
 pub trait Elevator: core::any::Any + Send {
     /// The scheduler's name (`"mq-deadline"`, `"bfq"`).
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # struct Null;
+    /// # impl Driver for Null {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # use std::collections::VecDeque;
+    /// #[derive(Default)]
+    /// struct Fifo {
+    ///     q: VecDeque<Rq>,
+    /// }
+    /// impl Elevator for Fifo {
+    ///     fn name(&self) -> &'static str {
+    ///         "fifo"
+    ///     }
+    /// #     fn insert_requests(&mut self, _: &ElvCx, rqs: &mut dyn Iterator<Item = Rq>, _: bool) {
+    /// #         self.q.extend(rqs);
+    /// #     }
+    /// #     fn dispatch_request(&mut self, _: &ElvCx<'_>, _: usize) -> Option<Rq> {
+    /// #         self.q.pop_front()
+    /// #     }
+    /// #     fn has_work(&self, _: usize) -> bool { !self.q.is_empty() }
+    /// }
+    ///
+    /// let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null).unwrap();
+    /// let config = QueueConfig::new(QueueLimits::new(64)).elevator(Box::new(Fifo::default()));
+    /// let queue = host.add_queue(config).unwrap();
+    /// assert_eq!(queue.elevator_name(), Some("fifo"));
+    /// ```
     fn name(&self) -> &'static str;
 
     /// The queue's scheduler depth (`nr_requests`) and number of request keys, when the
     /// elevator is attached and whenever `nr_requests` changes. Setup: allocate here.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # struct Null;
+    /// # impl Driver for Null {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # use std::collections::VecDeque;
+    /// /// Keeps per-request data by key (here only notes the sizes it was given).
+    /// #[derive(Default)]
+    /// struct Keyed {
+    ///     q: VecDeque<Rq>,
+    ///     sizes: Vec<(usize, usize)>,
+    /// }
+    /// impl Elevator for Keyed {
+    /// #     fn name(&self) -> &'static str { "keyed" }
+    /// #     fn insert_requests(&mut self, _: &ElvCx, rqs: &mut dyn Iterator<Item = Rq>, _: bool) {
+    /// #         self.q.extend(rqs);
+    /// #     }
+    /// #     fn dispatch_request(&mut self, _: &ElvCx<'_>, _: usize) -> Option<Rq> {
+    /// #         self.q.pop_front()
+    /// #     }
+    /// #     fn has_work(&self, _: usize) -> bool { !self.q.is_empty() }
+    ///     fn depth_updated(&mut self, nr_requests: usize, nr_keys: usize) {
+    ///         self.sizes.push((nr_requests, nr_keys));
+    ///     }
+    /// }
+    ///
+    /// let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null).unwrap();
+    /// let config = QueueConfig::new(QueueLimits::new(64)).elevator(Box::new(Keyed::default()));
+    /// let queue = host.add_queue(config.nr_requests(16)).unwrap();
+    /// queue.set_nr_requests(8).unwrap();
+    /// let sizes = queue.with_elevator(|e: &mut Keyed| e.sizes.clone()).unwrap();
+    /// assert_eq!(sizes, [(16, 16), (8, 16)]); // keys stay: the tags made are kept
+    /// ```
     fn depth_updated(&mut self, nr_requests: usize, nr_keys: usize) {
         let _ = (nr_requests, nr_keys);
     }
@@ -271,64 +504,385 @@ pub trait Elevator: core::any::Any + Send {
     /// The smallest depth [`limit_depth`](Self::limit_depth) ever returns, so the tag wait
     /// queues batch wake-ups for it (Linux's `min_shallow_depth`). `None` when it never
     /// limits.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # struct Null;
+    /// # impl Driver for Null {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # use std::collections::VecDeque;
+    /// /// Declares a minimum it cannot keep.
+    /// #[derive(Default)]
+    /// struct Broken {
+    ///     q: VecDeque<Rq>,
+    /// }
+    /// impl Elevator for Broken {
+    /// #     fn name(&self) -> &'static str { "broken" }
+    /// #     fn insert_requests(&mut self, _: &ElvCx, rqs: &mut dyn Iterator<Item = Rq>, _: bool) {
+    /// #         self.q.extend(rqs);
+    /// #     }
+    /// #     fn dispatch_request(&mut self, _: &ElvCx<'_>, _: usize) -> Option<Rq> {
+    /// #         self.q.pop_front()
+    /// #     }
+    /// #     fn has_work(&self, _: usize) -> bool { !self.q.is_empty() }
+    ///     fn min_shallow_depth(&self) -> Option<usize> {
+    ///         Some(0)
+    ///     }
+    /// }
+    ///
+    /// let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null).unwrap();
+    /// let config = QueueConfig::new(QueueLimits::new(64)).elevator(Box::new(Broken::default()));
+    /// let err = host.add_queue(config.nr_requests(16)).unwrap_err();
+    /// assert_eq!(err, ConfigError::BadShallowDepth { shallow_depth: 0, depth: 16 });
+    /// ```
     fn min_shallow_depth(&self) -> Option<usize> {
         None
     }
 
     /// How deep into the scheduler tags a request of `op` with `flags` may go (`None`: all
     /// of them). mq-deadline's `async_depth`, BFQ's per-class limits.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # use std::collections::VecDeque;
+    /// /// Lets writes hold one scheduler tag at most.
+    /// #[derive(Default)]
+    /// struct FewWrites {
+    ///     q: VecDeque<Rq>,
+    /// }
+    /// impl Elevator for FewWrites {
+    /// #     fn name(&self) -> &'static str { "few-writes" }
+    /// #     fn insert_requests(&mut self, _: &ElvCx, rqs: &mut dyn Iterator<Item = Rq>, _: bool) {
+    /// #         self.q.extend(rqs);
+    /// #     }
+    /// #     fn dispatch_request(&mut self, _: &ElvCx<'_>, _: usize) -> Option<Rq> {
+    /// #         self.q.pop_front()
+    /// #     }
+    /// #     fn has_work(&self, _: usize) -> bool { !self.q.is_empty() }
+    ///     fn min_shallow_depth(&self) -> Option<usize> {
+    ///         Some(1)
+    ///     }
+    ///     fn limit_depth(&self, op: Op, _: BioFlags) -> Option<usize> {
+    ///         (op == Op::Write).then_some(1)
+    ///     }
+    /// }
+    ///
+    /// let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// let elevator = Box::new(FewWrites::default());
+    /// let config = QueueConfig::new(QueueLimits::new(1024)).elevator(elevator);
+    /// let queue = host.add_queue(config).unwrap();
+    /// queue.submit(Bio::new(Op::Write, 0, 8)).unwrap(); // the driver holds it
+    /// assert!(queue.submit(Bio::new(Op::Write, 64, 8)).is_err()); // no write tag free now
+    /// assert!(queue.submit(Bio::new(Op::Read, 128, 8)).is_ok());
+    /// # queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)));
+    /// ```
     fn limit_depth(&self, op: Op, flags: BioFlags) -> Option<usize> {
         let _ = (op, flags);
         None
     }
 
     /// A request was allocated for the elevator and holds its first bio.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # struct Null;
+    /// # impl Driver for Null {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # use std::collections::VecDeque;
+    /// /// Notes where each new request starts.
+    /// #[derive(Default)]
+    /// struct Noting {
+    ///     q: VecDeque<Rq>,
+    ///     starts: Vec<u64>,
+    /// }
+    /// impl Elevator for Noting {
+    /// #     fn name(&self) -> &'static str { "noting" }
+    /// #     fn insert_requests(&mut self, _: &ElvCx, rqs: &mut dyn Iterator<Item = Rq>, _: bool) {
+    /// #         self.q.extend(rqs);
+    /// #     }
+    /// #     fn dispatch_request(&mut self, _: &ElvCx<'_>, _: usize) -> Option<Rq> {
+    /// #         self.q.pop_front()
+    /// #     }
+    /// #     fn has_work(&self, _: usize) -> bool { !self.q.is_empty() }
+    ///     fn prepare_request(&mut self, cx: &ElvCx<'_>, rq: &mut Rq) {
+    ///         self.starts.push(cx.io(rq).unwrap().sector());
+    ///     }
+    /// }
+    ///
+    /// let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null).unwrap();
+    /// let elevator = Box::new(Noting::default());
+    /// let config = QueueConfig::new(QueueLimits::new(1024)).elevator(elevator);
+    /// let queue = host.add_queue(config).unwrap();
+    /// let mut plug = Plug::new();
+    /// for sector in [0, 8, 64] {
+    ///     queue.submit_plugged(&mut plug, Bio::new(Op::Read, sector, 8)).unwrap();
+    /// }
+    /// drop(plug);
+    /// // Once per request: the bio at 8 merged into the request at 0.
+    /// assert_eq!(queue.with_elevator(|e: &mut Noting| e.starts.clone()).unwrap(), [0, 64]);
+    /// ```
     fn prepare_request(&mut self, cx: &ElvCx<'_>, rq: &mut Rq) {
         let _ = (cx, rq);
     }
 
     /// Takes requests to schedule; `at_head` for requeued ones, to go before the rest.
+    ///
+    /// ```
+    /// use blkmq_core::*;
+    /// use std::collections::VecDeque;
+    ///
+    /// #[derive(Default)]
+    /// struct Fifo {
+    ///     q: VecDeque<Rq>,
+    /// }
+    /// impl Elevator for Fifo {
+    /// #     fn name(&self) -> &'static str { "fifo" }
+    ///     fn insert_requests(
+    ///         &mut self,
+    ///         _: &ElvCx<'_>,
+    ///         rqs: &mut dyn Iterator<Item = Rq>,
+    ///         at_head: bool,
+    ///     ) {
+    ///         for rq in rqs {
+    ///             if at_head {
+    ///                 self.q.push_front(rq);
+    ///             } else {
+    ///                 self.q.push_back(rq);
+    ///             }
+    ///         }
+    ///     }
+    /// #     fn dispatch_request(&mut self, _: &ElvCx<'_>, _: usize) -> Option<Rq> {
+    /// #         self.q.pop_front()
+    /// #     }
+    /// #     fn has_work(&self, _: usize) -> bool { !self.q.is_empty() }
+    /// }
+    ///
+    /// # let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
+    /// # let mut tags = set.attach().unwrap();
+    /// # tags.attach_scheduler(None, |_| ()).unwrap();
+    /// # let limits = QueueLimits::new(1 << 20);
+    /// let cx = ElvCx::new(&tags, &limits, 0);
+    /// let read = |sector| {
+    ///     let mut rq = tags.alloc(&Alloc::new(0, 0)).unwrap();
+    ///     tags.set_bio(&mut rq, Bio::new(Op::Read, sector, 8)).unwrap();
+    ///     rq
+    /// };
+    /// let mut fifo = Fifo::default();
+    /// fifo.insert_requests(&cx, &mut [read(0), read(64)].into_iter(), false);
+    /// fifo.insert_requests(&cx, &mut core::iter::once(read(128)), true); // requeued
+    /// let mut order = Vec::new();
+    /// while let Some(rq) = fifo.dispatch_request(&cx, 0) {
+    ///     order.push(cx.io(&rq).unwrap().sector());
+    ///     tags.free(rq).unwrap();
+    /// }
+    /// assert_eq!(order, [128, 0, 64]);
+    /// ```
     fn insert_requests(&mut self, cx: &ElvCx<'_>, rqs: &mut dyn Iterator<Item = Rq>, at_head: bool);
 
     /// The next request to issue on hardware queue `hctx`, if any.
+    ///
+    /// ```
+    /// use blkmq_core::*;
+    /// use std::collections::VecDeque;
+    ///
+    /// /// One FIFO per hardware queue.
+    /// #[derive(Default)]
+    /// struct PerHctx(Vec<VecDeque<Rq>>);
+    /// impl Elevator for PerHctx {
+    /// #     fn name(&self) -> &'static str { "per-hctx" }
+    ///     fn insert_requests(&mut self, cx: &ElvCx, rqs: &mut dyn Iterator<Item = Rq>, _: bool) {
+    ///         for rq in rqs {
+    ///             let hctx = cx.hctx(&rq);
+    ///             if self.0.len() <= hctx {
+    ///                 self.0.resize_with(hctx + 1, VecDeque::new);
+    ///             }
+    ///             self.0[hctx].push_back(rq);
+    ///         }
+    ///     }
+    ///     fn dispatch_request(&mut self, _: &ElvCx<'_>, hctx: usize) -> Option<Rq> {
+    ///         self.0.get_mut(hctx)?.pop_front()
+    ///     }
+    ///     fn has_work(&self, hctx: usize) -> bool {
+    ///         self.0.get(hctx).is_some_and(|q| !q.is_empty())
+    ///     }
+    /// }
+    ///
+    /// let set = TagSet::builder(8).hw_queues(2).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let mut tags = set.attach().unwrap();
+    /// tags.attach_scheduler(None, |_| ()).unwrap();
+    /// let limits = QueueLimits::new(1 << 20);
+    /// let cx = ElvCx::new(&tags, &limits, 0);
+    /// let mut elv = PerHctx::default();
+    /// let rq = tags.alloc(&Alloc::new(1, 0)).unwrap(); // for hardware queue 1
+    /// elv.insert_requests(&cx, &mut core::iter::once(rq), false);
+    /// assert!(!elv.has_work(0) && elv.has_work(1));
+    /// assert!(elv.dispatch_request(&cx, 0).is_none());
+    /// let rq = elv.dispatch_request(&cx, 1).unwrap();
+    /// tags.free(rq).unwrap();
+    /// ```
     fn dispatch_request(&mut self, cx: &ElvCx<'_>, hctx: usize) -> Option<Rq>;
 
     /// Whether [`dispatch_request`](Self::dispatch_request) for `hctx` would return one
     /// now (or after a timer: see [`next_timer`](Self::next_timer)).
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # struct Null;
+    /// # impl Driver for Null {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # use std::collections::VecDeque;
+    /// #[derive(Default)]
+    /// struct Fifo {
+    ///     q: VecDeque<Rq>,
+    /// }
+    /// impl Elevator for Fifo {
+    /// #     fn name(&self) -> &'static str { "fifo" }
+    /// #     fn insert_requests(&mut self, _: &ElvCx, rqs: &mut dyn Iterator<Item = Rq>, _: bool) {
+    /// #         self.q.extend(rqs);
+    /// #     }
+    /// #     fn dispatch_request(&mut self, _: &ElvCx<'_>, _: usize) -> Option<Rq> {
+    /// #         self.q.pop_front()
+    /// #     }
+    ///     fn has_work(&self, _: usize) -> bool {
+    ///         !self.q.is_empty()
+    ///     }
+    /// }
+    ///
+    /// let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null).unwrap();
+    /// let elevator = Box::new(Fifo::default());
+    /// let config = QueueConfig::new(QueueLimits::new(1024)).elevator(elevator);
+    /// let queue = host.add_queue(config).unwrap();
+    /// queue.quiesce();
+    /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    /// assert!(queue.has_work(0)); // the elevator's word
+    /// queue.unquiesce();
+    /// assert!(!queue.has_work(0));
+    /// ```
     fn has_work(&self, hctx: usize) -> bool;
 
     /// Whether `bio` may join the request holding `io`, by the scheduler's rules (BFQ
     /// keeps queues apart); the core's rules (contiguity, limits) are checked besides.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # struct Null;
+    /// # impl Driver for Null {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # use std::collections::VecDeque;
+    /// /// Keeps the I/O of different issuers apart.
+    /// #[derive(Default)]
+    /// struct Apart {
+    ///     q: VecDeque<Rq>,
+    /// }
+    /// impl Elevator for Apart {
+    /// #     fn name(&self) -> &'static str { "apart" }
+    /// #     fn insert_requests(&mut self, _: &ElvCx, rqs: &mut dyn Iterator<Item = Rq>, _: bool) {
+    /// #         self.q.extend(rqs);
+    /// #     }
+    /// #     fn dispatch_request(&mut self, _: &ElvCx<'_>, _: usize) -> Option<Rq> {
+    /// #         self.q.pop_front()
+    /// #     }
+    /// #     fn has_work(&self, _: usize) -> bool { !self.q.is_empty() }
+    ///     fn allow_merge(&self, io: &RqIo, bio: &Bio) -> bool {
+    ///         io.issuer() == bio.issuer
+    ///     }
+    /// }
+    ///
+    /// let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null).unwrap();
+    /// let elevator = Box::new(Apart::default());
+    /// let config = QueueConfig::new(QueueLimits::new(1024)).elevator(elevator);
+    /// let queue = host.add_queue(config).unwrap();
+    /// let mut plug = Plug::new();
+    /// for (sector, issuer) in [(0, 1), (8, 2), (16, 2)] {
+    ///     let bio = Bio::new(Op::Read, sector, 8).issuer(IssuerId(issuer));
+    ///     queue.submit_plugged(&mut plug, bio).unwrap();
+    /// }
+    /// assert_eq!(plug.len(), 2); // 8 did not join 0; 16 joined 8
+    /// ```
     fn allow_merge(&self, io: &RqIo, bio: &Bio) -> bool {
         let _ = (io, bio);
         true
     }
 
     /// A held request that `bio` touches (by key), and at which end.
+    ///
+    /// [`bio_merge`](Self::bio_merge)'s example implements it.
     fn request_merge(&mut self, cx: &ElvCx<'_>, bio: &Bio) -> Option<(usize, MergeKind)> {
         let _ = (cx, bio);
         None
     }
 
     /// The held request with `key`.
+    ///
+    /// [`bio_merge`](Self::bio_merge)'s example implements it.
     fn request(&self, key: usize) -> Option<&Rq> {
         let _ = key;
         None
     }
 
     /// The held request with `key`, to change.
+    ///
+    /// [`bio_merge`](Self::bio_merge)'s example implements it.
     fn request_mut(&mut self, key: usize) -> Option<&mut Rq> {
         let _ = key;
         None
     }
 
     /// A bio merged into the request with `key` at the `kind` end (its start may have moved).
+    ///
+    /// [`bio_merge`](Self::bio_merge)'s example implements it.
     fn request_merged(&mut self, cx: &ElvCx<'_>, key: usize, kind: MergeKind) {
         let _ = (cx, key, kind);
     }
 
     /// After a `kind` merge into `key`, the held request that may now merge with it: the
     /// next in sector order after a back merge, the previous one after a front merge.
+    ///
+    /// [`bio_merge`](Self::bio_merge)'s example implements it.
     fn next_request(&mut self, cx: &ElvCx<'_>, key: usize, kind: MergeKind) -> Option<usize> {
         let _ = (cx, key, kind);
         None
@@ -336,6 +890,8 @@ pub trait Elevator: core::any::Any + Send {
 
     /// Removes the request with `key` from every order and gives it back (it is about to
     /// merge into another).
+    ///
+    /// [`bio_merge`](Self::bio_merge)'s example implements it.
     fn take_request(&mut self, key: usize) -> Option<Rq> {
         let _ = key;
         None
@@ -344,12 +900,112 @@ pub trait Elevator: core::any::Any + Send {
     /// The request with key `from` (taken by [`take_request`](Self::take_request)) was
     /// appended to the one with key `into` and freed; per-key data of `from` is still the
     /// elevator's to read. mq-deadline keeps the earlier deadline here.
+    ///
+    /// [`bio_merge`](Self::bio_merge)'s example implements it.
     fn requests_merged(&mut self, cx: &ElvCx<'_>, into: usize, from: usize) {
         let _ = (cx, into, from);
     }
 
     /// Tries to merge `bio` into a held request; gives it back when none takes it. The
     /// provided method runs Linux's sequence through the hooks above.
+    ///
+    /// ```
+    /// use blkmq_core::*;
+    /// use std::collections::BTreeMap;
+    ///
+    /// /// Keeps its requests by key and in sector order, and merges through the hooks.
+    /// #[derive(Default)]
+    /// struct Sorted {
+    ///     held: Vec<Option<Rq>>,
+    ///     by_start: BTreeMap<u64, usize>,
+    ///     merges: usize,
+    /// }
+    /// impl Sorted {
+    ///     fn io<'a>(&'a self, cx: &'a ElvCx<'_>, key: usize) -> Option<&'a RqIo> {
+    ///         cx.io(self.request(key)?).ok()
+    ///     }
+    /// }
+    /// impl Elevator for Sorted {
+    /// #     fn name(&self) -> &'static str { "sorted" }
+    ///     fn depth_updated(&mut self, _: usize, nr_keys: usize) {
+    ///         self.held.resize_with(nr_keys, || None);
+    ///     }
+    ///     fn insert_requests(&mut self, cx: &ElvCx, rqs: &mut dyn Iterator<Item = Rq>, _: bool) {
+    ///         for rq in rqs {
+    ///             let key = cx.key(&rq);
+    ///             self.by_start.insert(cx.io(&rq).unwrap().sector(), key);
+    ///             self.held[key] = Some(rq);
+    ///         }
+    ///     }
+    ///     fn dispatch_request(&mut self, _: &ElvCx<'_>, _: usize) -> Option<Rq> {
+    ///         let (_, key) = self.by_start.pop_first()?;
+    ///         self.held[key].take()
+    ///     }
+    ///     fn has_work(&self, _: usize) -> bool {
+    ///         !self.by_start.is_empty()
+    ///     }
+    ///     fn request_merge(&mut self, cx: &ElvCx<'_>, bio: &Bio) -> Option<(usize, MergeKind)> {
+    ///         if let Some((_, &key)) = self.by_start.range(..bio.sector).next_back() {
+    ///             if self.io(cx, key)?.end_sector() == bio.sector {
+    ///                 return Some((key, MergeKind::Back));
+    ///             }
+    ///         }
+    ///         Some((*self.by_start.get(&bio.end_sector())?, MergeKind::Front))
+    ///     }
+    ///     fn request(&self, key: usize) -> Option<&Rq> {
+    ///         self.held.get(key)?.as_ref()
+    ///     }
+    ///     fn request_mut(&mut self, key: usize) -> Option<&mut Rq> {
+    ///         self.held.get_mut(key)?.as_mut()
+    ///     }
+    ///     fn request_merged(&mut self, cx: &ElvCx<'_>, key: usize, kind: MergeKind) {
+    ///         if kind == MergeKind::Front {
+    ///             // Its start moved.
+    ///             self.by_start.retain(|_, k| *k != key);
+    ///             let start = self.io(cx, key).unwrap().sector();
+    ///             self.by_start.insert(start, key);
+    ///         }
+    ///     }
+    ///     fn next_request(&mut self, cx: &ElvCx, key: usize, kind: MergeKind) -> Option<usize> {
+    ///         // The neighbour in sector order; the queue checks that they touch.
+    ///         let start = self.io(cx, key)?.sector();
+    ///         let next = match kind {
+    ///             MergeKind::Back => self.by_start.range(start + 1..).next(),
+    ///             MergeKind::Front => self.by_start.range(..start).next_back(),
+    ///         };
+    ///         next.map(|(_, &k)| k)
+    ///     }
+    ///     fn take_request(&mut self, key: usize) -> Option<Rq> {
+    ///         self.by_start.retain(|_, k| *k != key);
+    ///         self.held.get_mut(key)?.take()
+    ///     }
+    ///     fn requests_merged(&mut self, _: &ElvCx<'_>, _: usize, _: usize) {
+    ///         self.merges += 1;
+    ///     }
+    /// }
+    ///
+    /// let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let mut tags = set.attach().unwrap();
+    /// tags.attach_scheduler(None, |_| ()).unwrap();
+    /// let limits = QueueLimits::new(1 << 20);
+    /// let cx = ElvCx::new(&tags, &limits, 0);
+    /// let mut elv = Sorted::default();
+    /// elv.depth_updated(tags.nr_requests().unwrap(), tags.nr_keys());
+    /// for sector in [16, 0] {
+    ///     let mut rq = tags.alloc(&Alloc::new(0, 0)).unwrap();
+    ///     tags.set_bio(&mut rq, Bio::new(Op::Read, sector, 8)).unwrap();
+    ///     elv.insert_requests(&cx, &mut core::iter::once(rq), false);
+    /// }
+    /// // 8..16 joins the request at 0 at its back, which then takes in the one at 16.
+    /// elv.bio_merge(&cx, Bio::new(Op::Read, 8, 8)).unwrap();
+    /// assert!(elv.bio_merge(&cx, Bio::new(Op::Read, 100, 8)).is_err()); // touches none
+    /// assert_eq!(elv.merges, 1);
+    /// let rq = elv.dispatch_request(&cx, 0).unwrap();
+    /// let io = cx.io(&rq).unwrap();
+    /// assert_eq!((io.sector(), io.sectors(), io.nr_bios()), (0, 24, 3));
+    /// assert!(!elv.has_work(0));
+    /// tags.free(rq).unwrap();
+    /// ```
     fn bio_merge(&mut self, cx: &ElvCx<'_>, bio: Bio) -> Result<(), Bio> {
         let Some((key, kind)) = self.request_merge(cx, &bio) else {
             return Err(bio);
@@ -378,23 +1034,212 @@ pub trait Elevator: core::any::Any + Send {
 
     /// A request that went through the elevator is being freed (completed, or ended with
     /// an error before it was dispatched).
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # struct Null;
+    /// # impl Driver for Null {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # use std::collections::VecDeque;
+    /// /// Counts the requests it lets go.
+    /// #[derive(Default)]
+    /// struct Counting {
+    ///     q: VecDeque<Rq>,
+    ///     finished: usize,
+    /// }
+    /// impl Elevator for Counting {
+    /// #     fn name(&self) -> &'static str { "counting" }
+    /// #     fn insert_requests(&mut self, _: &ElvCx, rqs: &mut dyn Iterator<Item = Rq>, _: bool) {
+    /// #         self.q.extend(rqs);
+    /// #     }
+    /// #     fn dispatch_request(&mut self, _: &ElvCx<'_>, _: usize) -> Option<Rq> {
+    /// #         self.q.pop_front()
+    /// #     }
+    /// #     fn has_work(&self, _: usize) -> bool { !self.q.is_empty() }
+    ///     fn finish_request(&mut self, _: &ElvCx<'_>, _: &Rq) {
+    ///         self.finished += 1;
+    ///     }
+    /// }
+    ///
+    /// let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null).unwrap();
+    /// let elevator = Box::new(Counting::default());
+    /// let config = QueueConfig::new(QueueLimits::new(1024)).elevator(elevator);
+    /// let queue = host.add_queue(config).unwrap();
+    /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    /// queue.submit(Bio::new(Op::Write, 64, 8)).unwrap();
+    /// assert_eq!(queue.with_elevator(|e: &mut Counting| e.finished), Some(2));
+    /// ```
     fn finish_request(&mut self, cx: &ElvCx<'_>, rq: &Rq) {
         let _ = (cx, rq);
     }
 
     /// A dispatched request completed at `now_ns` (accounting: rates, think times).
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # use std::collections::VecDeque;
+    /// /// Notes how long each request took.
+    /// #[derive(Default)]
+    /// struct Timing {
+    ///     q: VecDeque<Rq>,
+    ///     took_ns: Vec<u64>,
+    /// }
+    /// impl Elevator for Timing {
+    /// #     fn name(&self) -> &'static str { "timing" }
+    /// #     fn insert_requests(&mut self, _: &ElvCx, rqs: &mut dyn Iterator<Item = Rq>, _: bool) {
+    /// #         self.q.extend(rqs);
+    /// #     }
+    /// #     fn dispatch_request(&mut self, _: &ElvCx<'_>, _: usize) -> Option<Rq> {
+    /// #         self.q.pop_front()
+    /// #     }
+    /// #     fn has_work(&self, _: usize) -> bool { !self.q.is_empty() }
+    ///     fn completed_request(&mut self, cx: &ElvCx<'_>, rq: &Rq, now_ns: u64) {
+    ///         self.took_ns.push(now_ns - cx.io(rq).unwrap().start_ns());
+    ///     }
+    /// }
+    ///
+    /// let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// let elevator = Box::new(Timing::default());
+    /// let config = QueueConfig::new(QueueLimits::new(1024)).elevator(elevator);
+    /// let queue = host.add_queue(config).unwrap();
+    /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    /// std::thread::sleep(std::time::Duration::from_millis(1));
+    /// queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)));
+    /// let took = queue.with_elevator(|e: &mut Timing| e.took_ns.clone()).unwrap();
+    /// assert!(took.len() == 1 && took[0] >= 1_000_000);
+    /// ```
     fn completed_request(&mut self, cx: &ElvCx<'_>, rq: &Rq, now_ns: u64) {
         let _ = (cx, rq, now_ns);
     }
 
     /// A dispatched request is coming back to be dispatched again (it is re-inserted
     /// through [`insert_requests`](Self::insert_requests) at the head next).
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # use std::collections::VecDeque;
+    /// /// Logs what the queue tells it.
+    /// #[derive(Default)]
+    /// struct Logged {
+    ///     q: VecDeque<Rq>,
+    ///     log: Vec<&'static str>,
+    /// }
+    /// impl Elevator for Logged {
+    /// #     fn name(&self) -> &'static str { "logged" }
+    /// #     fn dispatch_request(&mut self, _: &ElvCx<'_>, _: usize) -> Option<Rq> {
+    /// #         self.q.pop_front()
+    /// #     }
+    /// #     fn has_work(&self, _: usize) -> bool { !self.q.is_empty() }
+    ///     fn insert_requests(
+    ///         &mut self,
+    ///         _: &ElvCx<'_>,
+    ///         rqs: &mut dyn Iterator<Item = Rq>,
+    ///         at_head: bool,
+    ///     ) {
+    ///         self.log.push(if at_head { "insert at head" } else { "insert" });
+    ///         self.q.extend(rqs);
+    ///     }
+    ///     fn requeue_request(&mut self, _: &ElvCx<'_>, _: &Rq) {
+    ///         self.log.push("requeue");
+    ///     }
+    /// }
+    ///
+    /// let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// let elevator = Box::new(Logged::default());
+    /// let config = QueueConfig::new(QueueLimits::new(1024)).elevator(elevator);
+    /// let queue = host.add_queue(config).unwrap();
+    /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    /// let rq = host.driver().take().pop().unwrap();
+    /// queue.requeue_request(rq, true);
+    /// let log = queue.with_elevator(|e: &mut Logged| e.log.clone()).unwrap();
+    /// assert_eq!(log, ["insert", "requeue", "insert at head"]);
+    /// # queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)));
+    /// ```
     fn requeue_request(&mut self, cx: &ElvCx<'_>, rq: &Rq) {
         let _ = (cx, rq);
     }
 
     /// When the elevator holds work back (idling), the platform time at which the queue
     /// should be run again.
+    ///
+    /// ```
+    /// use blkmq_core::*;
+    /// use std::collections::VecDeque;
+    ///
+    /// /// Holds everything back until `until` (waiting for a nearby request, say).
+    /// struct Idling {
+    ///     q: VecDeque<Rq>,
+    ///     until: u64,
+    /// }
+    /// impl Elevator for Idling {
+    /// #     fn name(&self) -> &'static str { "idling" }
+    /// #     fn insert_requests(&mut self, _: &ElvCx, rqs: &mut dyn Iterator<Item = Rq>, _: bool) {
+    /// #         self.q.extend(rqs);
+    /// #     }
+    /// #     fn has_work(&self, _: usize) -> bool { !self.q.is_empty() }
+    ///     fn dispatch_request(&mut self, cx: &ElvCx<'_>, _: usize) -> Option<Rq> {
+    ///         if cx.now_ns() < self.until {
+    ///             return None;
+    ///         }
+    ///         self.q.pop_front()
+    ///     }
+    ///     fn next_timer(&self) -> Option<u64> {
+    ///         (!self.q.is_empty()).then_some(self.until)
+    ///     }
+    /// }
+    ///
+    /// # let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
+    /// # let mut tags = set.attach().unwrap();
+    /// # tags.attach_scheduler(None, |_| ()).unwrap();
+    /// # let limits = QueueLimits::new(1 << 20);
+    /// let mut elv = Idling { q: VecDeque::new(), until: 1_000 };
+    /// assert_eq!(elv.next_timer(), None);
+    /// let rq = tags.alloc(&Alloc::new(0, 0)).unwrap();
+    /// elv.insert_requests(&ElvCx::new(&tags, &limits, 0), &mut core::iter::once(rq), false);
+    /// assert!(elv.dispatch_request(&ElvCx::new(&tags, &limits, 500), 0).is_none());
+    /// assert_eq!(elv.next_timer(), Some(1_000)); // run the queue again then
+    /// let rq = elv.dispatch_request(&ElvCx::new(&tags, &limits, 1_000), 0).unwrap();
+    /// tags.free(rq).unwrap();
+    /// ```
     fn next_timer(&self) -> Option<u64> {
         None
     }

@@ -45,6 +45,14 @@ pub struct QueueLimits {
 }
 
 /// The largest device, in sectors: byte offsets must fit in 64 bits.
+///
+/// ```
+/// use blkmq_core::{MAX_CAPACITY, QueueLimits, SECTOR_SIZE};
+/// assert!(MAX_CAPACITY.checked_mul(SECTOR_SIZE).is_some());
+/// assert!((MAX_CAPACITY + 1).checked_mul(SECTOR_SIZE).is_none());
+/// assert!(QueueLimits::new(MAX_CAPACITY).validate().is_ok());
+/// assert!(QueueLimits::new(MAX_CAPACITY + 1).validate().is_err());
+/// ```
 pub const MAX_CAPACITY: u64 = u64::MAX >> 9;
 
 /// How a bio joins a request.
@@ -221,7 +229,8 @@ impl QueueLimits {
     ///
     /// ```
     /// use blkmq_core::{Bio, Op, QueueLimits};
-    /// let limits = QueueLimits { max_sectors: 64, chunk_sectors: 128, ..QueueLimits::new(1 << 20) };
+    /// let (max_sectors, chunk_sectors) = (64, 128);
+    /// let limits = QueueLimits { max_sectors, chunk_sectors, ..QueueLimits::new(1 << 20) };
     /// assert_eq!(limits.split_len(&Bio::new(Op::Read, 0, 32)), 32);
     /// assert_eq!(limits.split_len(&Bio::new(Op::Read, 0, 200)), 64);
     /// assert_eq!(limits.split_len(&Bio::new(Op::Read, 100, 64)), 28); // chunk ends at 128

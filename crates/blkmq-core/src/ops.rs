@@ -77,6 +77,7 @@ macro_rules! ensure {
 
 mod bios;
 mod model;
+pub mod queue;
 mod runner;
 mod verify;
 

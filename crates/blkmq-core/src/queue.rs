@@ -46,11 +46,83 @@ type Lock<D, X> = lock_api::Mutex<Raw<D>, X>;
 
 /// Requests merged by a reverse scan of a software queue, at most (Linux's 8).
 const CTX_MERGE_SCAN: usize = 8;
-/// A plug flushes at this many requests...
+/// A [`Plug`] holding this many requests flushes before it takes another.
+///
+/// ```
+/// # use blkmq_core::*;
+/// # struct Null;
+/// # impl Driver for Null {
+/// #     type Platform = StdPlatform;
+/// #     type Payload = ();
+/// #     fn init_request(&self, _: RequestInit) {}
+/// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+/// #         cx.queue().end_request(rq, Status::Ok);
+/// #         Ok(())
+/// #     }
+/// # }
+/// let host = Host::new(TagSet::builder(64), StdPlatform::new(), Null).unwrap();
+/// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1 << 20))).unwrap();
+/// let mut plug = Plug::new();
+/// for i in 0..=PLUG_MAX as u64 {
+///     // 8 sectors every 16: no two requests merge.
+///     queue.submit_plugged(&mut plug, Bio::new(Op::Read, i * 16, 8)).unwrap();
+/// }
+/// assert_eq!(plug.len(), 1); // the first PLUG_MAX went to the driver
+/// ```
 pub const PLUG_MAX: usize = 32;
-/// ... or at this many when it holds requests of several queues.
+/// What [`PLUG_MAX`] is for a [`Plug`] holding requests of several queues.
+///
+/// ```
+/// # use blkmq_core::*;
+/// # struct Null;
+/// # impl Driver for Null {
+/// #     type Platform = StdPlatform;
+/// #     type Payload = ();
+/// #     fn init_request(&self, _: RequestInit) {}
+/// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+/// #         cx.queue().end_request(rq, Status::Ok);
+/// #         Ok(())
+/// #     }
+/// # }
+/// let host = Host::new(TagSet::builder(128), StdPlatform::new(), Null).unwrap();
+/// let a = host.add_queue(QueueConfig::new(QueueLimits::new(1 << 20))).unwrap();
+/// let b = host.add_queue(QueueConfig::new(QueueLimits::new(1 << 20))).unwrap();
+/// let mut plug = Plug::new();
+/// for i in 0..PLUG_MAX_MULTI as u64 {
+///     let queue = if i % 2 == 0 { &a } else { &b };
+///     queue.submit_plugged(&mut plug, Bio::new(Op::Read, i * 16, 8)).unwrap();
+/// }
+/// assert_eq!(plug.len(), PLUG_MAX_MULTI); // past PLUG_MAX: two queues
+/// a.submit_plugged(&mut plug, Bio::new(Op::Read, 1 << 16, 8)).unwrap();
+/// assert_eq!(plug.len(), 1);
+/// ```
 pub const PLUG_MAX_MULTI: usize = 64;
-/// ... or before adding to a request of at least this many bytes.
+/// A [`Plug`] flushes before it takes a request after one of at least this many bytes
+/// (bios still merge into that one).
+///
+/// ```
+/// # use blkmq_core::*;
+/// # struct Null;
+/// # impl Driver for Null {
+/// #     type Platform = StdPlatform;
+/// #     type Payload = ();
+/// #     fn init_request(&self, _: RequestInit) {}
+/// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+/// #         cx.queue().end_request(rq, Status::Ok);
+/// #         Ok(())
+/// #     }
+/// # }
+/// let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null).unwrap();
+/// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1 << 20))).unwrap();
+/// let sectors = (PLUG_FLUSH_BYTES / SECTOR_SIZE) as u32;
+/// let mut plug = Plug::new();
+/// queue.submit_plugged(&mut plug, Bio::new(Op::Write, 0, sectors)).unwrap();
+/// queue.submit_plugged(&mut plug, Bio::new(Op::Write, sectors.into(), 8)).unwrap(); // merges
+/// assert_eq!(plug.len(), 1);
+/// queue.submit_plugged(&mut plug, Bio::new(Op::Read, 0, 8)).unwrap(); // flushes first
+/// assert_eq!(plug.len(), 1);
+/// assert_eq!(queue.usage(), 1); // only the read is left
+/// ```
 pub const PLUG_FLUSH_BYTES: u64 = 128 * 1024;
 
 /// The hardware queue is being dispatched.
@@ -107,6 +179,32 @@ impl<D: Driver> Host<D> {
     ///
     /// # Errors
     /// Whatever [`TagSetBuilder::build`] refuses.
+    ///
+    /// ```
+    /// use blkmq_core::*;
+    ///
+    /// /// Numbers each request's payload by its tag.
+    /// struct Numbered;
+    /// impl Driver for Numbered {
+    ///     type Platform = StdPlatform;
+    ///     type Payload = usize;
+    ///     fn init_request(&self, init: RequestInit) -> usize {
+    ///         init.tag
+    ///     }
+    ///     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    ///         assert_eq!(*cx.request(&rq).unwrap().payload(), rq.tag() as usize);
+    ///         cx.queue().end_request(rq, Status::Ok);
+    ///         Ok(())
+    ///     }
+    /// }
+    ///
+    /// let host = Host::new(TagSet::builder(16), StdPlatform::new(), Numbered).unwrap();
+    /// assert_eq!(host.set().depth(), 16);
+    /// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(64))).unwrap();
+    /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    /// let zero = Host::new(TagSet::builder(0), StdPlatform::new(), Numbered);
+    /// assert_eq!(zero.unwrap_err(), ConfigError::ZeroDepth);
+    /// ```
     pub fn new(
         tags: TagSetBuilder,
         platform: D::Platform,
@@ -127,16 +225,100 @@ impl<D: Driver> Host<D> {
     }
 
     /// The driver.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(64))).unwrap();
+    /// queue.submit(Bio::new(Op::Write, 0, 8)).unwrap();
+    /// let held = host.driver().take(); // what `Hold` was given
+    /// assert_eq!(held.len(), 1);
+    /// queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok)));
+    /// ```
     pub fn driver(&self) -> &D {
         &self.driver
     }
 
     /// The tag set.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// let tags = TagSet::builder(8).hw_queues(2);
+    /// let host = Host::new(tags, StdPlatform::new(), Hold::new()).unwrap();
+    /// assert_eq!((host.set().depth(), host.set().nr_hw_queues()), (8, 2));
+    /// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(64))).unwrap();
+    /// queue.submit(Bio::new(Op::Write, 0, 8)).unwrap();
+    /// assert_eq!(host.set().busy(), 1); // a driver tag, until the request ends
+    /// queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)));
+    /// assert_eq!(host.set().busy(), 0);
+    /// ```
     pub fn set(&self) -> &Arc<TagSet<D::Payload, D::Platform>> {
         &self.set
     }
 
     /// Requests the driver holds now, over every queue.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// let a = host.add_queue(QueueConfig::new(QueueLimits::new(64))).unwrap();
+    /// let b = host.add_queue(QueueConfig::new(QueueLimits::new(64))).unwrap();
+    /// a.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    /// b.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    /// assert_eq!(host.in_driver(), 2);
+    /// let held = host.driver().take();
+    /// a.end_request(held.into_iter().next().unwrap(), Status::Ok); // the first came from `a`
+    /// assert_eq!(host.in_driver(), 1);
+    /// # b.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)));
+    /// ```
     pub fn in_driver(&self) -> usize {
         self.in_driver.load(Ordering::Relaxed)
     }
@@ -144,8 +326,34 @@ impl<D: Driver> Host<D> {
     /// A request queue (a LUN, a namespace) on this host.
     ///
     /// # Errors
-    /// Bad limits, an elevator on a `NO_SCHED` set, bad queue maps, or
-    /// [`ConfigError::TooManyQueues`]-like refusals of the tag set.
+    /// Bad limits ([`ConfigError::BadLimits`]), an elevator on a `NO_SCHED` set, bad queue
+    /// maps, scheduler tags the set refuses, or [`ConfigError::QueueBusy`] when the tag set
+    /// takes no further queue (its `max_queues`).
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # struct Null;
+    /// # impl Driver for Null {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// let set = TagSet::builder(8).max_queues(1);
+    /// let host = Host::new(set, StdPlatform::new(), Null).unwrap();
+    /// let limits = QueueLimits::new(64);
+    /// let queue = host.add_queue(QueueConfig::new(limits)).unwrap();
+    /// let err = host.add_queue(QueueConfig::new(limits)).unwrap_err();
+    /// assert_eq!(err, ConfigError::QueueBusy); // the set takes one queue
+    /// drop(queue);
+    /// assert!(host.add_queue(QueueConfig::new(limits)).is_ok());
+    /// let bad = QueueLimits { max_segments: 0, ..limits };
+    /// let err = host.add_queue(QueueConfig::new(bad)).unwrap_err();
+    /// assert_eq!(err, ConfigError::BadLimits { what: "max_segments" });
+    /// ```
     pub fn add_queue(
         self: &Arc<Self>,
         config: QueueConfig,
@@ -160,6 +368,36 @@ impl<D: Driver> Host<D> {
 
     /// Stops every queue of the host from calling [`Driver::queue_rq`] and waits for calls
     /// under way (tag-set wide quiesce). Nests.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// host.quiesce();
+    /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    /// assert!(host.driver().take().is_empty()); // queued, not issued
+    /// assert!(queue.is_quiesced() && queue.has_work(0));
+    /// host.unquiesce();
+    /// let held = host.driver().take();
+    /// assert_eq!(held.len(), 1);
+    /// # queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok)));
+    /// ```
     pub fn quiesce(&self) {
         self.quiesced.fetch_add(1, Ordering::SeqCst);
         seqcst_pair();
@@ -167,6 +405,37 @@ impl<D: Driver> Host<D> {
     }
 
     /// Undoes one [`quiesce`](Self::quiesce); the last one reruns every queue.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// host.quiesce();
+    /// host.quiesce();
+    /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    /// host.unquiesce();
+    /// assert!(host.is_quiesced() && host.driver().take().is_empty());
+    /// host.unquiesce(); // the last one runs the queue
+    /// let held = host.driver().take();
+    /// assert_eq!(held.len(), 1);
+    /// # queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok)));
+    /// ```
     pub fn unquiesce(&self) {
         if self.quiesced.fetch_sub(1, Ordering::SeqCst) == 1 {
             self.for_each_queue(|queue| queue.run_hw_queues());
@@ -184,12 +453,65 @@ impl<D: Driver> Host<D> {
     }
 
     /// Whether the host is quiesced.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # struct Null;
+    /// # impl Driver for Null {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// assert!(!host.is_quiesced());
+    /// host.quiesce();
+    /// assert!(host.is_quiesced() && queue.is_quiesced());
+    /// host.unquiesce();
+    /// assert!(!host.is_quiesced());
+    /// ```
     pub fn is_quiesced(&self) -> bool {
         self.quiesced.load(Ordering::SeqCst) != 0
     }
 
     /// Runs every hardware queue kicked since the last call; the platform calls this after
     /// a [`Platform::kick`]. Returns how many ran.
+    ///
+    /// ```
+    /// use blkmq_core::*;
+    /// use std::sync::atomic::{AtomicBool, Ordering};
+    ///
+    /// /// Turns down the first request ("not now"), then completes everything.
+    /// struct Busy(AtomicBool);
+    /// impl Driver for Busy {
+    ///     type Platform = StdPlatform;
+    ///     type Payload = ();
+    ///     fn init_request(&self, _: RequestInit) {}
+    ///     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    ///         if !self.0.swap(true, Ordering::Relaxed) {
+    ///             return Err(Rejected { rq, status: Status::Resource });
+    ///         }
+    ///         cx.queue().end_request(rq, Status::Ok);
+    ///         Ok(())
+    ///     }
+    /// }
+    ///
+    /// let platform = StdPlatform::new();
+    /// let host = Host::new(TagSet::builder(8), platform.clone(), Busy(AtomicBool::new(false)))
+    ///     .unwrap();
+    /// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(64))).unwrap();
+    /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    /// // Turned down with nothing in flight to complete: the queue asked for a kick.
+    /// assert_eq!(platform.take_kicks(), vec![0]);
+    /// assert_eq!(queue.usage(), 1);
+    /// assert_eq!(host.run_kicked(), 1);
+    /// assert_eq!(queue.usage(), 0);
+    /// assert_eq!(host.run_kicked(), 0);
+    /// ```
     pub fn run_kicked(&self) -> usize {
         let mut ran = 0;
         self.kicked.drain(|slot| {
@@ -254,6 +576,13 @@ pub struct QueueConfig {
 
 impl QueueConfig {
     /// A queue with `limits`, no elevator, default maps.
+    ///
+    /// ```
+    /// use blkmq_core::{QueueConfig, QueueLimits};
+    /// let config = QueueConfig::new(QueueLimits::new(64));
+    /// assert_eq!(config.limits.capacity, 64);
+    /// assert!(config.elevator.is_none() && config.nr_requests.is_none() && config.maps.is_none());
+    /// ```
     pub fn new(limits: QueueLimits) -> Self {
         Self {
             limits,
@@ -264,18 +593,123 @@ impl QueueConfig {
     }
 
     /// With an elevator.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # struct Null;
+    /// # impl Driver for Null {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # use std::collections::VecDeque;
+    /// # /// First in, first out.
+    /// # #[derive(Default)]
+    /// # struct Fifo(VecDeque<Rq>);
+    /// # impl Elevator for Fifo {
+    /// #     fn name(&self) -> &'static str { "fifo" }
+    /// #     fn insert_requests(&mut self, _: &ElvCx, rqs: &mut dyn Iterator<Item = Rq>, _: bool) {
+    /// #         self.0.extend(rqs);
+    /// #     }
+    /// #     fn dispatch_request(&mut self, _: &ElvCx<'_>, _: usize) -> Option<Rq> {
+    /// #         self.0.pop_front()
+    /// #     }
+    /// #     fn has_work(&self, _: usize) -> bool { !self.0.is_empty() }
+    /// # }
+    /// let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null).unwrap();
+    /// let config = QueueConfig::new(QueueLimits::new(64)).elevator(Box::new(Fifo::default()));
+    /// let queue = host.add_queue(config).unwrap();
+    /// assert_eq!(queue.elevator_name(), Some("fifo"));
+    /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap(); // through the elevator to `Null`
+    /// assert_eq!(queue.usage(), 0);
+    /// ```
     pub fn elevator(mut self, elevator: Box<dyn Elevator>) -> Self {
         self.elevator = Some(elevator);
         self
     }
 
-    /// With `nr` scheduler tags.
+    /// With `nr` scheduler tags (used only with an [`elevator`](Self::elevator)).
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # struct Null;
+    /// # impl Driver for Null {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # use std::collections::VecDeque;
+    /// # /// First in, first out.
+    /// # #[derive(Default)]
+    /// # struct Fifo(VecDeque<Rq>);
+    /// # impl Elevator for Fifo {
+    /// #     fn name(&self) -> &'static str { "fifo" }
+    /// #     fn insert_requests(&mut self, _: &ElvCx, rqs: &mut dyn Iterator<Item = Rq>, _: bool) {
+    /// #         self.0.extend(rqs);
+    /// #     }
+    /// #     fn dispatch_request(&mut self, _: &ElvCx<'_>, _: usize) -> Option<Rq> {
+    /// #         self.0.pop_front()
+    /// #     }
+    /// #     fn has_work(&self, _: usize) -> bool { !self.0.is_empty() }
+    /// # }
+    /// let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null).unwrap();
+    /// let config = QueueConfig::new(QueueLimits::new(64)).nr_requests(16);
+    /// let plain = host.add_queue(config).unwrap();
+    /// assert_eq!(plain.queue_tags().nr_requests(), None); // no elevator: no scheduler tags
+    /// let config = QueueConfig::new(QueueLimits::new(64)).elevator(Box::new(Fifo::default()));
+    /// let queue = host.add_queue(config.nr_requests(16)).unwrap();
+    /// assert_eq!(queue.queue_tags().nr_requests(), Some(16));
+    /// ```
     pub fn nr_requests(mut self, nr: usize) -> Self {
         self.nr_requests = Some(nr);
         self
     }
 
     /// With these queue maps.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// // Two CPUs; reads go to hardware queue 1, everything else to 0.
+    /// let maps = QueueMaps::new(
+    ///     QueueMap::spread(2, 1, 0).unwrap(),
+    ///     Some(QueueMap::spread(2, 1, 1).unwrap()),
+    ///     None,
+    /// )
+    /// .unwrap();
+    /// let tags = TagSet::builder(8).hw_queues(2);
+    /// let host = Host::new(tags, StdPlatform::with_cpus(2), Hold::new()).unwrap();
+    /// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(64)).maps(maps)).unwrap();
+    /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    /// queue.submit(Bio::new(Op::Write, 32, 8)).unwrap();
+    /// let held = host.driver().take();
+    /// let hctxs: Vec<usize> = held.iter().map(|rq| queue.request(rq).unwrap().hctx()).collect();
+    /// assert_eq!(hctxs, [1, 0]);
+    /// queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok)));
+    /// ```
     pub fn maps(mut self, maps: QueueMaps) -> Self {
         self.maps = Some(maps);
         self
@@ -518,31 +952,146 @@ impl<D: Driver> RequestQueue<D> {
     }
 
     /// The host.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # struct Null;
+    /// # impl Driver for Null {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// assert!(std::sync::Arc::ptr_eq(queue.host(), &host));
+    /// ```
     pub fn host(&self) -> &Arc<Host<D>> {
         &self.host
     }
 
     /// The driver.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// queue.submit(Bio::new(Op::Write, 0, 8)).unwrap();
+    /// let held = queue.driver().take(); // what `Hold` was given
+    /// assert_eq!(held.len(), 1);
+    /// queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok)));
+    /// ```
     pub fn driver(&self) -> &D {
         &self.host.driver
     }
 
     /// The platform.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # struct Null;
+    /// # impl Driver for Null {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// let host = Host::new(TagSet::builder(8), StdPlatform::with_cpus(3), Null).unwrap();
+    /// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(64))).unwrap();
+    /// assert_eq!(queue.platform().nr_cpus(), 3);
+    /// ```
     pub fn platform(&self) -> &D::Platform {
         self.host.set.platform()
     }
 
     /// The queue's limits.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # struct Null;
+    /// # impl Driver for Null {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null).unwrap();
+    /// let limits = QueueLimits { max_sectors: 64, ..QueueLimits::new(1024) };
+    /// let queue = host.add_queue(QueueConfig::new(limits)).unwrap();
+    /// assert_eq!((queue.limits().capacity, queue.limits().max_sectors), (1024, 64));
+    /// ```
     pub fn limits(&self) -> &QueueLimits {
         &self.limits
     }
 
     /// The queue's maps.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # struct Null;
+    /// # impl Driver for Null {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// let tags = TagSet::builder(8).hw_queues(2);
+    /// let host = Host::new(tags, StdPlatform::with_cpus(4), Null).unwrap();
+    /// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(64))).unwrap();
+    /// // No maps given, none from the driver: an even spread.
+    /// assert_eq!(queue.maps(), &QueueMaps::spread(4, 2).unwrap());
+    /// ```
     pub fn maps(&self) -> &QueueMaps {
         &self.maps
     }
 
     /// Its hardware queues.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # struct Null;
+    /// # impl Driver for Null {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// let tags = TagSet::builder(8).hw_queues(3);
+    /// let host = Host::new(tags, StdPlatform::new(), Null).unwrap();
+    /// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(64))).unwrap();
+    /// assert_eq!(queue.nr_hw_queues(), 3);
+    /// ```
     pub fn nr_hw_queues(&self) -> usize {
         self.hctxs.len()
     }
@@ -551,6 +1100,36 @@ impl<D: Driver> RequestQueue<D> {
     /// place while the guard lives: an elevator switch waits for it, so do not hold one
     /// across [`switch_elevator`](Self::switch_elevator) or
     /// [`set_nr_requests`](Self::set_nr_requests) on the same thread.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    /// let mut busy = 0;
+    /// queue.queue_tags().for_each_busy(None, |_| {
+    ///     busy += 1;
+    ///     true
+    /// });
+    /// assert_eq!(busy, 1);
+    /// # queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)));
+    /// ```
     pub fn queue_tags(&self) -> TagsGuard<'_, D> {
         loop {
             if let Some(inside) = self.enter_any() {
@@ -561,21 +1140,141 @@ impl<D: Driver> RequestQueue<D> {
     }
 
     /// The shared side of one of this queue's requests.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// let other = host.add_queue(QueueConfig::new(QueueLimits::new(64))).unwrap();
+    /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    /// let rq = host.driver().take().pop().unwrap();
+    /// let request = queue.request(&rq).unwrap();
+    /// assert_eq!((request.state(), request.tag()), (RqState::InFlight, rq.tag()));
+    /// assert!(other.request(&rq).is_none()); // not a request of `other`
+    /// queue.end_request(rq, Status::Ok);
+    /// ```
     pub fn request(&self, rq: &Rq) -> Option<&Request<D::Payload>> {
         self.tags().request(rq).ok()
     }
 
     /// The I/O of one of this queue's requests.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// queue.submit(Bio::new(Op::Write, 16, 8)).unwrap();
+    /// let rq = host.driver().take().pop().unwrap();
+    /// let io = queue.io(&rq).unwrap();
+    /// assert_eq!((io.op(), io.sector(), io.sectors(), io.nr_bios()), (Op::Write, 16, 8, 1));
+    /// queue.end_request(rq, Status::Ok);
+    /// ```
     pub fn io<'a>(&'a self, rq: &'a Rq) -> Option<&'a RqIo> {
         self.tags().io(rq).ok()
     }
 
     /// Calls `f` with every bio of a request, in order.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// let mut plug = Plug::new();
+    /// queue.submit_plugged(&mut plug, Bio::new(Op::Read, 8, 8)).unwrap();
+    /// queue.submit_plugged(&mut plug, Bio::new(Op::Read, 0, 8)).unwrap(); // merges in front
+    /// plug.flush();
+    /// let rq = host.driver().take().pop().unwrap();
+    /// let mut starts = Vec::new();
+    /// queue.for_each_bio(&rq, |bio| starts.push(bio.sector));
+    /// assert_eq!(starts, [0, 8]);
+    /// queue.end_request(rq, Status::Ok);
+    /// ```
     pub fn for_each_bio(&self, rq: &Rq, f: impl FnMut(&Bio)) {
         let _ = self.tags().for_each_bio(rq, f);
     }
 
     /// The elevator's name, if there is one.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # struct Null;
+    /// # impl Driver for Null {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// # use std::collections::VecDeque;
+    /// # /// First in, first out.
+    /// # #[derive(Default)]
+    /// # struct Fifo(VecDeque<Rq>);
+    /// # impl Elevator for Fifo {
+    /// #     fn name(&self) -> &'static str { "fifo" }
+    /// #     fn insert_requests(&mut self, _: &ElvCx, rqs: &mut dyn Iterator<Item = Rq>, _: bool) {
+    /// #         self.0.extend(rqs);
+    /// #     }
+    /// #     fn dispatch_request(&mut self, _: &ElvCx<'_>, _: usize) -> Option<Rq> {
+    /// #         self.0.pop_front()
+    /// #     }
+    /// #     fn has_work(&self, _: usize) -> bool { !self.0.is_empty() }
+    /// # }
+    /// assert_eq!(queue.elevator_name(), None);
+    /// queue.switch_elevator(Some(Box::new(Fifo::default())), None).unwrap();
+    /// assert_eq!(queue.elevator_name(), Some("fifo"));
+    /// ```
     pub fn elevator_name(&self) -> Option<&'static str> {
         self.elevator.lock().as_ref().map(|e| e.name())
     }
@@ -598,7 +1297,7 @@ impl<D: Driver> RequestQueue<D> {
     /// struct Noop(u32);
     /// impl Elevator for Noop {
     ///     fn name(&self) -> &'static str { "noop" }
-    ///     fn insert_requests(&mut self, _: &ElvCx<'_>, _: &mut dyn Iterator<Item = Rq>, _: bool) {}
+    ///     fn insert_requests(&mut self, _: &ElvCx, _: &mut dyn Iterator<Item = Rq>, _: bool) {}
     ///     fn dispatch_request(&mut self, _: &ElvCx<'_>, _: usize) -> Option<Rq> { None }
     ///     fn has_work(&self, _: usize) -> bool { false }
     /// }
@@ -616,16 +1315,100 @@ impl<D: Driver> RequestQueue<D> {
 
     /// When the elevator holds work back (idling), the platform time to run the queue
     /// again at ([`Elevator::next_timer`]).
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # struct Null;
+    /// # impl Driver for Null {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// /// Would hold work back until 5 ms into the platform's time.
+    /// struct Idling;
+    /// impl Elevator for Idling {
+    ///     fn name(&self) -> &'static str { "idling" }
+    /// #     fn insert_requests(&mut self, _: &ElvCx, _: &mut dyn Iterator<Item = Rq>, _: bool) {}
+    /// #     fn dispatch_request(&mut self, _: &ElvCx<'_>, _: usize) -> Option<Rq> { None }
+    /// #     fn has_work(&self, _: usize) -> bool { false }
+    ///     fn next_timer(&self) -> Option<u64> { Some(5_000_000) }
+    /// }
+    /// assert_eq!(queue.next_timer(), None); // no elevator
+    /// queue.switch_elevator(Some(Box::new(Idling)), None).unwrap();
+    /// assert_eq!(queue.next_timer(), Some(5_000_000));
+    /// ```
     pub fn next_timer(&self) -> Option<u64> {
         self.elevator.lock().as_ref().and_then(|e| e.next_timer())
     }
 
     /// Timeouts fired so far.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    /// let late = queue.platform().now_ns() + DEFAULT_TIMEOUT_NS + 1;
+    /// assert_eq!(queue.check_timeouts(late), 1); // `Hold` keeps the default: another timeout
+    /// assert_eq!(queue.timeouts(), 1);
+    /// # queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)));
+    /// ```
     pub fn timeouts(&self) -> u64 {
         self.timeouts.load(Ordering::Relaxed)
     }
 
-    /// Requests held by the queue and its users (allocated, not yet freed).
+    /// Requests of the queue allocated and not yet freed, plus callers inside it this moment
+    /// (a submission under way, a [`TagsGuard`], a timeout check).
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    /// queue.submit(Bio::new(Op::Read, 64, 8)).unwrap();
+    /// assert_eq!(queue.usage(), 2);
+    /// let held = host.driver().take();
+    /// queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok)));
+    /// assert_eq!(queue.usage(), 0);
+    /// ```
     pub fn usage(&self) -> usize {
         self.usage.load(Ordering::SeqCst) & !FROZEN
     }
@@ -657,6 +1440,38 @@ impl<D: Driver> RequestQueue<D> {
 
     /// Starts a freeze: new bios are refused (given back by [`submit`](Self::submit)) until
     /// [`unfreeze`](Self::unfreeze). Nests.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    /// queue.freeze_start();
+    /// let back = queue.submit(Bio::new(Op::Read, 64, 8)).unwrap_err(); // refused, untouched
+    /// assert_eq!(back.sector, 64);
+    /// assert!(!queue.is_drained()); // the driver still holds one
+    /// queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)));
+    /// assert!(queue.is_drained());
+    /// queue.unfreeze();
+    /// assert!(queue.submit(back).is_ok());
+    /// # queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)));
+    /// ```
     pub fn freeze_start(&self) {
         let mut depth = self.freeze_depth.lock();
         if *depth == 0 {
@@ -666,6 +1481,33 @@ impl<D: Driver> RequestQueue<D> {
     }
 
     /// Whether a started freeze has drained: no request of the queue is left.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    /// queue.freeze_start();
+    /// assert!(!queue.is_drained());
+    /// queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)));
+    /// assert!(queue.is_drained());
+    /// ```
     pub fn is_drained(&self) -> bool {
         self.usage.load(Ordering::SeqCst) & !FROZEN == 0
     }
@@ -673,6 +1515,42 @@ impl<D: Driver> RequestQueue<D> {
     /// Freezes the queue and waits until every request in it has ended (Linux's
     /// `blk_mq_freeze_queue`). The waiting spins; completions must come from elsewhere (other
     /// threads, or the driver inline).
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    /// std::thread::scope(|s| {
+    ///     // The driver completes what it holds on another thread.
+    ///     s.spawn(|| {
+    ///         let held = host.driver().take();
+    ///         queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok)));
+    ///     });
+    ///     queue.freeze(); // returns once that request has ended
+    /// });
+    /// assert!(queue.is_frozen() && queue.usage() == 0);
+    /// assert!(queue.submit(Bio::new(Op::Read, 0, 8)).is_err());
+    /// queue.unfreeze();
+    /// assert!(queue.submit(Bio::new(Op::Read, 0, 8)).is_ok());
+    /// # queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)));
+    /// ```
     pub fn freeze(&self) {
         self.freeze_start();
         while !self.is_drained() {
@@ -682,6 +1560,28 @@ impl<D: Driver> RequestQueue<D> {
     }
 
     /// Undoes one freeze; the last one lets bios in again.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # struct Null;
+    /// # impl Driver for Null {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// queue.freeze();
+    /// queue.freeze();
+    /// queue.unfreeze();
+    /// assert!(queue.submit(Bio::new(Op::Read, 0, 8)).is_err()); // still frozen once
+    /// queue.unfreeze();
+    /// assert!(queue.submit(Bio::new(Op::Read, 0, 8)).is_ok());
+    /// ```
     pub fn unfreeze(&self) {
         let mut depth = self.freeze_depth.lock();
         match *depth {
@@ -726,6 +1626,27 @@ impl<D: Driver> RequestQueue<D> {
     }
 
     /// Whether the queue is frozen.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # struct Null;
+    /// # impl Driver for Null {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// assert!(!queue.is_frozen());
+    /// queue.freeze_start();
+    /// assert!(queue.is_frozen());
+    /// queue.unfreeze();
+    /// assert!(!queue.is_frozen());
+    /// ```
     pub fn is_frozen(&self) -> bool {
         self.usage.load(Ordering::SeqCst) & FROZEN != 0
     }
@@ -734,6 +1655,35 @@ impl<D: Driver> RequestQueue<D> {
 
     /// Stops calls of [`Driver::queue_rq`] on this queue and waits for those under way.
     /// Requests keep queueing. Nests. Not to be called from the driver's `queue_rq`.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// queue.quiesce();
+    /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap(); // taken, not issued
+    /// assert!(host.driver().take().is_empty());
+    /// assert!(queue.has_work(0));
+    /// queue.unquiesce();
+    /// assert_eq!(queue.usage(), 1);
+    /// # queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)));
+    /// ```
     pub fn quiesce(&self) {
         self.quiesced.fetch_add(1, Ordering::SeqCst);
         seqcst_pair();
@@ -749,6 +1699,37 @@ impl<D: Driver> RequestQueue<D> {
     }
 
     /// Undoes one [`quiesce`](Self::quiesce); the last one runs the queue.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// queue.quiesce();
+    /// queue.quiesce();
+    /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    /// queue.unquiesce();
+    /// assert!(queue.is_quiesced() && host.driver().take().is_empty());
+    /// queue.unquiesce();
+    /// let held = host.driver().take();
+    /// assert_eq!(held.len(), 1);
+    /// # queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok)));
+    /// ```
     pub fn unquiesce(&self) {
         if self.quiesced.fetch_sub(1, Ordering::SeqCst) == 1 {
             self.run_hw_queues();
@@ -756,6 +1737,29 @@ impl<D: Driver> RequestQueue<D> {
     }
 
     /// Whether the queue (or its host) is quiesced.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # struct Null;
+    /// # impl Driver for Null {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// queue.quiesce();
+    /// assert!(queue.is_quiesced() && !host.is_quiesced());
+    /// queue.unquiesce();
+    /// host.quiesce();
+    /// assert!(queue.is_quiesced()); // by its host
+    /// host.unquiesce();
+    /// assert!(!queue.is_quiesced());
+    /// ```
     pub fn is_quiesced(&self) -> bool {
         self.quiesced.load(Ordering::SeqCst) != 0 || self.host.is_quiesced()
     }
@@ -769,6 +1773,34 @@ impl<D: Driver> RequestQueue<D> {
     }
 
     /// Stops dispatch on one hardware queue (a driver out of resources for a while).
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// queue.stop_hw_queue(0);
+    /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    /// assert!(host.driver().take().is_empty() && queue.has_work(0));
+    /// queue.start_hw_queue(0);
+    /// assert_eq!(queue.usage(), 1);
+    /// # queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)));
+    /// ```
     pub fn stop_hw_queue(&self, hctx: usize) {
         if let Some(h) = self.hctxs.get(hctx) {
             h.stopped.store(true, Ordering::SeqCst);
@@ -776,6 +1808,35 @@ impl<D: Driver> RequestQueue<D> {
     }
 
     /// Lets a stopped hardware queue dispatch again, and runs it.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// queue.stop_hw_queue(0);
+    /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    /// queue.start_hw_queue(0); // the queued request goes to the driver
+    /// let held = host.driver().take();
+    /// assert_eq!(held.len(), 1);
+    /// assert!(!queue.has_work(0));
+    /// # queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok)));
+    /// ```
     pub fn start_hw_queue(&self, hctx: usize) {
         if let Some(h) = self.hctxs.get(hctx) {
             h.stopped.store(false, Ordering::SeqCst);
@@ -788,6 +1849,39 @@ impl<D: Driver> RequestQueue<D> {
     /// The CPUs of `hctx` went away: no request is made for it any more (its CPUs' bios
     /// go to another active hardware queue); what it holds still dispatches and completes.
     /// Returns whether it has drained already (see [`is_hctx_drained`](Self::is_hctx_drained)).
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// let platform = StdPlatform::with_cpus(2);
+    /// platform.pin_current_thread(0); // this thread is CPU 0, served by hardware queue 0
+    /// let tags = TagSet::builder(8).hw_queues(2);
+    /// let host = Host::new(tags, platform, Hold::new()).unwrap();
+    /// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    /// assert!(!queue.deactivate_hctx(0)); // it holds a request
+    /// queue.submit(Bio::new(Op::Read, 64, 8)).unwrap(); // goes to hardware queue 1
+    /// let held = host.driver().take();
+    /// let hctxs: Vec<usize> = held.iter().map(|rq| queue.request(rq).unwrap().hctx()).collect();
+    /// assert_eq!(hctxs, [0, 1]);
+    /// queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok)));
+    /// assert!(queue.is_hctx_drained(0));
+    /// ```
     pub fn deactivate_hctx(&self, hctx: usize) -> bool {
         let Some(h) = self.hctxs.get(hctx) else {
             return true;
@@ -798,6 +1892,33 @@ impl<D: Driver> RequestQueue<D> {
     }
 
     /// Whether no request of this queue is allocated on `hctx`.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    /// assert!(!queue.is_hctx_drained(0));
+    /// queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)));
+    /// assert!(queue.is_hctx_drained(0));
+    /// assert!(queue.is_hctx_drained(7)); // no such hardware queue
+    /// ```
     pub fn is_hctx_drained(&self, hctx: usize) -> bool {
         if hctx >= self.hctxs.len() {
             return true;
@@ -815,6 +1936,37 @@ impl<D: Driver> RequestQueue<D> {
     }
 
     /// Its CPUs are back.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// let platform = StdPlatform::with_cpus(2);
+    /// platform.pin_current_thread(0); // this thread is CPU 0, served by hardware queue 0
+    /// let tags = TagSet::builder(8).hw_queues(2);
+    /// let host = Host::new(tags, platform, Hold::new()).unwrap();
+    /// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// assert!(queue.deactivate_hctx(0));
+    /// queue.activate_hctx(0);
+    /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    /// let rq = host.driver().take().pop().unwrap();
+    /// assert_eq!(queue.request(&rq).unwrap().hctx(), 0);
+    /// queue.end_request(rq, Status::Ok);
+    /// ```
     pub fn activate_hctx(&self, hctx: usize) {
         if let Some(h) = self.hctxs.get(hctx) {
             h.inactive.store(false, Ordering::SeqCst);
@@ -845,10 +1997,13 @@ impl<D: Driver> RequestQueue<D> {
         if !self.hctxs[hctx].inactive.load(Ordering::Relaxed) {
             return Some((cpu, hctx, kind));
         }
-        let other = self
-            .hctxs
-            .iter()
-            .position(|h| !h.inactive.load(Ordering::SeqCst))?;
+        // Another active hardware queue of the same type, else any active one.
+        let active = |h: &usize| !self.hctxs[*h].inactive.load(Ordering::SeqCst);
+        let same = self
+            .maps
+            .map(kind)
+            .and_then(|m| (m.offset()..m.offset() + m.nr_queues()).find(active));
+        let other = same.or_else(|| (0..self.hctxs.len()).find(active))?;
         Some((cpu, other, kind))
     }
 
@@ -863,6 +2018,40 @@ impl<D: Driver> RequestQueue<D> {
     ///
     /// # Errors
     /// The bio, untouched, when it cannot go in now.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// static ENDED: Mutex<Vec<(u64, Status)>> = Mutex::new(Vec::new());
+    /// fn done(bio: Bio, status: Status) {
+    ///     ENDED.lock().unwrap().push((bio.sector, status));
+    /// }
+    /// queue.submit(Bio::new(Op::Read, 2048, 8).end_io(done)).unwrap(); // past the end
+    /// assert_eq!(*ENDED.lock().unwrap(), [(2048, Status::IoErr)]);
+    /// queue.submit(Bio::new(Op::Read, 0, 8).end_io(done)).unwrap(); // to the driver
+    /// queue.freeze_start();
+    /// let back = queue.submit(Bio::new(Op::Read, 8, 8).end_io(done)).unwrap_err();
+    /// assert_eq!(back.sector, 8); // not ended: submit it again later
+    /// queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)));
+    /// assert_eq!(*ENDED.lock().unwrap(), [(2048, Status::IoErr), (0, Status::Ok)]);
+    /// ```
     pub fn submit(&self, bio: Bio) -> Result<(), Bio> {
         self.submit_inner(bio, None)
     }
@@ -871,12 +2060,70 @@ impl<D: Driver> RequestQueue<D> {
     ///
     /// # Errors
     /// As [`submit`](Self::submit).
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// let mut plug = Plug::new();
+    /// queue.submit_plugged(&mut plug, Bio::new(Op::Write, 0, 8)).unwrap();
+    /// queue.submit_plugged(&mut plug, Bio::new(Op::Write, 64, 8)).unwrap();
+    /// assert_eq!(plug.len(), 2);
+    /// assert!(host.driver().take().is_empty());
+    /// drop(plug); // flushes
+    /// let held = host.driver().take();
+    /// assert_eq!(held.len(), 2);
+    /// # queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok)));
+    /// ```
     pub fn submit_plugged<'q>(&'q self, plug: &mut Plug<'q, D>, bio: Bio) -> Result<(), Bio> {
         self.submit_inner(bio, Some(plug))
     }
 
     /// Submits a bio, waiting (spinning, with `std` yielding the thread) while it cannot go
     /// in. A bio marked [`BioFlags::NOWAIT`] ends with [`Status::Again`] instead of waiting.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # struct Null;
+    /// # impl Driver for Null {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// # use std::sync::Mutex;
+    /// static ENDED: Mutex<Vec<(u64, Status)>> = Mutex::new(Vec::new());
+    /// fn done(bio: Bio, status: Status) {
+    ///     ENDED.lock().unwrap().push((bio.sector, status));
+    /// }
+    /// queue.freeze_start();
+    /// queue.submit_wait(Bio::new(Op::Read, 0, 8).flags(BioFlags::NOWAIT).end_io(done));
+    /// assert_eq!(*ENDED.lock().unwrap(), [(0, Status::Again)]);
+    /// queue.unfreeze();
+    /// queue.submit_wait(Bio::new(Op::Read, 8, 8).end_io(done));
+    /// assert_eq!(ENDED.lock().unwrap()[1], (8, Status::Ok));
+    /// ```
     pub fn submit_wait(&self, mut bio: Bio) {
         loop {
             match self.submit(bio) {
@@ -1115,6 +2362,35 @@ impl<D: Driver> RequestQueue<D> {
 
     /// Runs hardware queue `hctx`: dispatches what it holds to the driver, unless someone
     /// else is doing so (who then goes round again).
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::atomic::{AtomicBool, Ordering};
+    /// # struct Busy(AtomicBool);
+    /// # impl Driver for Busy {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         if !self.0.swap(true, Ordering::Relaxed) {
+    /// #             return Err(Rejected { rq, status: Status::Resource });
+    /// #         }
+    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// // `Busy` turns down its first request ("not now"), then completes everything.
+    /// let platform = StdPlatform::new();
+    /// let host = Host::new(TagSet::builder(8), platform.clone(), Busy(AtomicBool::new(false)))
+    ///     .unwrap();
+    /// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(64))).unwrap();
+    /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    /// assert_eq!(queue.usage(), 1); // turned down; nothing in flight, so a kick was asked for
+    /// for hctx in platform.take_kicks() {
+    ///     queue.run_hw_queue(hctx); // what a platform's kick handler does
+    /// }
+    /// assert_eq!(queue.usage(), 0);
+    /// ```
     pub fn run_hw_queue(&self, hctx: usize) {
         let Some(h) = self.hctxs.get(hctx) else {
             return;
@@ -1154,6 +2430,34 @@ impl<D: Driver> RequestQueue<D> {
     }
 
     /// Runs every hardware queue with work (after unquiesce, unfreeze, a start).
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::atomic::{AtomicBool, Ordering};
+    /// # struct Busy(AtomicBool);
+    /// # impl Driver for Busy {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         if !self.0.swap(true, Ordering::Relaxed) {
+    /// #             return Err(Rejected { rq, status: Status::Resource });
+    /// #         }
+    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// // `Busy` turns down its first request ("not now"), then completes everything.
+    /// let platform = StdPlatform::new();
+    /// let host = Host::new(TagSet::builder(8), platform.clone(), Busy(AtomicBool::new(false)))
+    ///     .unwrap();
+    /// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(64))).unwrap();
+    /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    /// assert!(queue.has_work(0));
+    /// queue.run_hw_queues();
+    /// assert!(!queue.has_work(0));
+    /// assert_eq!(queue.usage(), 0);
+    /// ```
     pub fn run_hw_queues(&self) {
         for hctx in 0..self.hctxs.len() {
             if self.has_work(hctx) {
@@ -1163,6 +2467,29 @@ impl<D: Driver> RequestQueue<D> {
     }
 
     /// Whether `hctx` holds requests to dispatch.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # struct Null;
+    /// # impl Driver for Null {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// assert!(!queue.has_work(0));
+    /// queue.quiesce();
+    /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    /// assert!(queue.has_work(0));
+    /// assert!(!queue.has_work(5)); // no such hardware queue
+    /// queue.unquiesce();
+    /// assert!(!queue.has_work(0));
+    /// ```
     pub fn has_work(&self, hctx: usize) -> bool {
         if hctx >= self.hctxs.len() {
             return false;
@@ -1306,6 +2633,16 @@ impl<D: Driver> RequestQueue<D> {
                 self.give_up(hctx, batch, epoch, Status::Resource);
                 return;
             };
+            let own = self.rq_hctx(&rq, hctx);
+            if own != hctx {
+                // Another hardware queue's request: its own runner issues it (and checks
+                // whether that queue may dispatch), so `last` and commits stay per queue.
+                driver.put_budget(&cx);
+                self.budget_returned(hctx);
+                self.push_dispatch(own, rq, false);
+                self.run_hw_queue(own);
+                continue;
+            }
             match self.issue_one(hctx, rq, true, Some(hctx)) {
                 Issued::Queued | Issued::Ended => {}
                 Issued::GaveUp(rq, status) => {
@@ -1320,34 +2657,47 @@ impl<D: Driver> RequestQueue<D> {
     /// Issues `batch` in order; on a give-up puts the rest back and arranges the restart.
     /// Returns whether all of it went.
     fn issue_batch(&self, hctx: usize, batch: &mut VecDeque<Rq>, epoch: u64) -> bool {
-        let mut pending_commit = false;
+        // The hardware queue with a request issued as not `last`, owed a `commit_rqs`. A
+        // batch may hold requests of other hardware queues (an elevator hands any runner
+        // any request): `last` and the commit follow each request's own.
+        let mut owed: Option<usize> = None;
+        let commit = |owed: &mut Option<usize>| {
+            if let Some(h) = owed.take() {
+                self.driver().commit_rqs(&self.cx(h));
+            }
+        };
         while let Some(rq) = batch.pop_front() {
             if self.halted(hctx) {
                 batch.push_front(rq);
                 self.put_back(hctx, batch);
-                if pending_commit {
-                    self.driver().commit_rqs(&self.cx(hctx));
-                }
+                commit(&mut owed);
                 return false;
             }
-            let last = batch.is_empty();
+            let own = self.rq_hctx(&rq, hctx);
+            if owed.is_some_and(|h| h != own) {
+                commit(&mut owed);
+            }
+            let last = batch
+                .front()
+                .is_none_or(|next| self.rq_hctx(next, hctx) != own);
             match self.issue_one(hctx, rq, last, None) {
-                Issued::Queued => pending_commit = !last,
+                Issued::Queued => owed = (!last).then_some(own),
                 Issued::Ended => {}
                 Issued::GaveUp(rq, status) => {
                     batch.push_front(rq);
-                    if pending_commit {
-                        self.driver().commit_rqs(&self.cx(hctx));
-                    }
+                    commit(&mut owed);
                     self.give_up(hctx, batch, epoch, status);
                     return false;
                 }
             }
         }
-        if pending_commit {
-            self.driver().commit_rqs(&self.cx(hctx));
-        }
+        commit(&mut owed);
         true
+    }
+
+    /// The hardware queue `rq` was made for (`default` if it cannot be told).
+    fn rq_hctx(&self, rq: &Rq, default: usize) -> usize {
+        self.tags().request(rq).map_or(default, |r| r.hctx())
     }
 
     /// Issues one request: budget (unless `budget` says which hardware queue's context
@@ -1488,6 +2838,37 @@ impl<D: Driver> RequestQueue<D> {
     /// Ends a request the driver took: its bios end with `status` (each piece of a split bio
     /// counting towards its parent), its tags and budget go back, and the hardware queues
     /// waiting for that rerun.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// static ENDED: Mutex<Vec<(u64, Status)>> = Mutex::new(Vec::new());
+    /// fn done(bio: Bio, status: Status) {
+    ///     ENDED.lock().unwrap().push((bio.sector, status));
+    /// }
+    /// queue.submit(Bio::new(Op::Write, 0, 8).end_io(done)).unwrap();
+    /// let rq = host.driver().take().pop().unwrap();
+    /// queue.end_request(rq, Status::IoErr);
+    /// assert_eq!(*ENDED.lock().unwrap(), [(0, Status::IoErr)]);
+    /// assert_eq!((host.set().busy(), queue.usage()), (0, 0));
+    /// ```
     pub fn end_request(&self, rq: Rq, status: Status) {
         self.end_one(rq, status, true);
         self.host.restart();
@@ -1495,6 +2876,34 @@ impl<D: Driver> RequestQueue<D> {
 
     /// Ends a batch of requests the driver took (Linux's batched completion): as
     /// [`end_request`](Self::end_request) for each, with one restart pass at the end.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    /// queue.submit(Bio::new(Op::Read, 64, 8)).unwrap();
+    /// assert_eq!(host.in_driver(), 2);
+    /// let held = host.driver().take();
+    /// queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok)));
+    /// assert_eq!((host.in_driver(), queue.usage()), (0, 0));
+    /// ```
     pub fn end_requests(&self, batch: impl IntoIterator<Item = (Rq, Status)>) {
         let mut any = false;
         for (rq, status) in batch {
@@ -1551,6 +2960,38 @@ impl<D: Driver> RequestQueue<D> {
     }
 
     /// Polls hardware queue `hctx` for completions ([`Driver::poll`]); returns how many.
+    ///
+    /// ```
+    /// use blkmq_core::*;
+    /// use std::sync::Mutex;
+    ///
+    /// /// Completes requests only when polled.
+    /// struct Polled(Mutex<Vec<Rq>>);
+    /// impl Driver for Polled {
+    ///     type Platform = StdPlatform;
+    ///     type Payload = ();
+    ///     fn init_request(&self, _: RequestInit) {}
+    ///     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    ///         self.0.lock().unwrap().push(rq);
+    ///         Ok(())
+    ///     }
+    ///     fn poll(&self, cx: &HctxCx<'_, Self>) -> usize {
+    ///         let done: Vec<Rq> = self.0.lock().unwrap().drain(..).collect();
+    ///         let n = done.len();
+    ///         cx.queue().end_requests(done.into_iter().map(|rq| (rq, Status::Ok)));
+    ///         n
+    ///     }
+    /// }
+    ///
+    /// let driver = Polled(Mutex::new(Vec::new()));
+    /// let host = Host::new(TagSet::builder(8), StdPlatform::new(), driver).unwrap();
+    /// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    /// queue.submit(Bio::new(Op::Read, 64, 8)).unwrap();
+    /// assert_eq!(queue.poll(0), 2);
+    /// assert_eq!(queue.poll(0), 0);
+    /// assert_eq!(queue.poll(3), 0); // no such hardware queue
+    /// ```
     pub fn poll(&self, hctx: usize) -> usize {
         if hctx >= self.hctxs.len() {
             return 0;
@@ -1563,15 +3004,51 @@ impl<D: Driver> RequestQueue<D> {
     /// Hands a request the driver took back, to be issued again (after a device reset, a
     /// path change): it waits on the requeue list until
     /// [`kick_requeue_list`](Self::kick_requeue_list), which `kick` asks for at once.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    /// let rq = host.driver().take().pop().unwrap();
+    /// queue.requeue_request(rq, false);
+    /// assert_eq!((queue.requeued(), host.in_driver()), (1, 0));
+    /// queue.kick_requeue_list(); // issued again
+    /// let rq = host.driver().take().pop().unwrap();
+    /// queue.requeue_request(rq, true); // issued again at once
+    /// assert_eq!(queue.requeued(), 0);
+    /// let rq = host.driver().take().pop().unwrap();
+    /// assert_eq!(queue.io(&rq).unwrap().sector(), 0);
+    /// queue.end_request(rq, Status::Ok);
+    /// ```
     pub fn requeue_request(&self, mut rq: Rq, kick: bool) {
         let tags = self.tags();
         let hctx = tags.request(&rq).map_or(0, |r| r.hctx());
         let _ = tags.requeue(&mut rq);
         if self.has_elevator.load(Ordering::Relaxed) {
             let _ = tags.put_driver_tag(&mut rq);
-            let cx = self.elv_cx();
-            if let Some(e) = self.elevator.lock().as_mut() {
-                e.requeue_request(&cx, &rq);
+            // Flushes bypass the elevator: it never saw this one.
+            if tags.io(&rq).is_ok_and(|io| io.op() != Op::Flush) {
+                let cx = self.elv_cx();
+                if let Some(e) = self.elevator.lock().as_mut() {
+                    e.requeue_request(&cx, &rq);
+                }
             }
         }
         self.driver_out();
@@ -1585,6 +3062,39 @@ impl<D: Driver> RequestQueue<D> {
 
     /// Sends every requeued request back to dispatch (ahead of new ones) and runs the
     /// hardware queues.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    /// queue.submit(Bio::new(Op::Read, 64, 8)).unwrap();
+    /// for rq in host.driver().take() {
+    ///     queue.requeue_request(rq, false);
+    /// }
+    /// assert!(host.driver().take().is_empty());
+    /// queue.kick_requeue_list();
+    /// let held = host.driver().take();
+    /// let sectors: Vec<u64> = held.iter().map(|rq| queue.io(rq).unwrap().sector()).collect();
+    /// assert_eq!(sectors, [0, 64]); // in the order they came back
+    /// queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok)));
+    /// ```
     pub fn kick_requeue_list(&self) {
         loop {
             let Some(rq) = self.requeue.lock().pop_front() else {
@@ -1607,6 +3117,35 @@ impl<D: Driver> RequestQueue<D> {
     }
 
     /// Requests waiting on the requeue list.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    /// assert_eq!(queue.requeued(), 0);
+    /// queue.requeue_request(host.driver().take().pop().unwrap(), false);
+    /// assert_eq!(queue.requeued(), 1);
+    /// queue.kick_requeue_list();
+    /// assert_eq!(queue.requeued(), 0);
+    /// # queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)));
+    /// ```
     pub fn requeued(&self) -> usize {
         self.requeue.lock().len()
     }
@@ -1616,6 +3155,36 @@ impl<D: Driver> RequestQueue<D> {
     /// Checks every request in flight against its deadline at `now_ns`: an expired one is
     /// claimed (once per dispatch) and the driver decides ([`Driver::timeout`]). Returns
     /// how many timed out. Call it periodically (Linux: each second or so).
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    /// let now = queue.platform().now_ns();
+    /// assert_eq!(queue.check_timeouts(now), 0);
+    /// let late = now + DEFAULT_TIMEOUT_NS;
+    /// assert_eq!(queue.check_timeouts(late), 1); // `Hold` resets the timer (the default)
+    /// assert_eq!(queue.check_timeouts(late), 0);
+    /// assert_eq!(queue.check_timeouts(late + DEFAULT_TIMEOUT_NS), 1);
+    /// # queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)));
+    /// ```
     pub fn check_timeouts(&self, now_ns: u64) -> usize {
         let Some(_inside) = self.enter_any() else {
             return 0;
@@ -1671,6 +3240,41 @@ impl<D: Driver> RequestQueue<D> {
     /// # Errors
     /// Whatever [`QueueTags::set_nr_requests`] refuses ([`ConfigError::NoScheduler`]
     /// without an elevator).
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # struct Null;
+    /// # impl Driver for Null {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// # use std::collections::VecDeque;
+    /// # /// First in, first out.
+    /// # #[derive(Default)]
+    /// # struct Fifo(VecDeque<Rq>);
+    /// # impl Elevator for Fifo {
+    /// #     fn name(&self) -> &'static str { "fifo" }
+    /// #     fn insert_requests(&mut self, _: &ElvCx, rqs: &mut dyn Iterator<Item = Rq>, _: bool) {
+    /// #         self.0.extend(rqs);
+    /// #     }
+    /// #     fn dispatch_request(&mut self, _: &ElvCx<'_>, _: usize) -> Option<Rq> {
+    /// #         self.0.pop_front()
+    /// #     }
+    /// #     fn has_work(&self, _: usize) -> bool { !self.0.is_empty() }
+    /// # }
+    /// assert_eq!(queue.set_nr_requests(8), Err(ConfigError::NoScheduler));
+    /// queue.switch_elevator(Some(Box::new(Fifo::default())), Some(32)).unwrap();
+    /// queue.set_nr_requests(8).unwrap();
+    /// assert_eq!(queue.queue_tags().nr_requests(), Some(8));
+    /// assert!(queue.set_nr_requests(64).is_err()); // more than were made
+    /// ```
     pub fn set_nr_requests(&self, nr: usize) -> Result<(), ConfigError> {
         let _change = self.change.lock();
         if !self.has_elevator.load(Ordering::SeqCst) {
@@ -1694,6 +3298,49 @@ impl<D: Driver> RequestQueue<D> {
     ///
     /// # Errors
     /// [`ConfigError::NoScheduler`] on a `NO_SCHED` set, bad `nr_requests`.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # struct Null;
+    /// # impl Driver for Null {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// # use std::collections::VecDeque;
+    /// # /// First in, first out.
+    /// # #[derive(Default)]
+    /// # struct Fifo(VecDeque<Rq>);
+    /// # impl Elevator for Fifo {
+    /// #     fn name(&self) -> &'static str { "fifo" }
+    /// #     fn insert_requests(&mut self, _: &ElvCx, rqs: &mut dyn Iterator<Item = Rq>, _: bool) {
+    /// #         self.0.extend(rqs);
+    /// #     }
+    /// #     fn dispatch_request(&mut self, _: &ElvCx<'_>, _: usize) -> Option<Rq> {
+    /// #         self.0.pop_front()
+    /// #     }
+    /// #     fn has_work(&self, _: usize) -> bool { !self.0.is_empty() }
+    /// # }
+    /// queue.switch_elevator(Some(Box::new(Fifo::default())), Some(16)).unwrap();
+    /// assert_eq!(queue.elevator_name(), Some("fifo"));
+    /// assert_eq!(queue.queue_tags().nr_requests(), Some(16));
+    /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    /// queue.switch_elevator(None, None).unwrap();
+    /// assert_eq!(queue.elevator_name(), None);
+    /// assert_eq!(queue.queue_tags().nr_requests(), None);
+    ///
+    /// let tags = TagSet::builder(8).flags(TagSetFlags::NO_SCHED);
+    /// let host = Host::new(tags, StdPlatform::new(), Null).unwrap();
+    /// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// let fifo = Box::new(Fifo::default());
+    /// assert_eq!(queue.switch_elevator(Some(fifo), None), Err(ConfigError::NoScheduler));
+    /// ```
     pub fn switch_elevator(
         &self,
         elevator: Option<Box<dyn Elevator>>,
@@ -1835,6 +3482,42 @@ struct Exit<'a, D: Driver>(&'a RequestQueue<D>);
 
 /// A request queue's tags, kept from being replaced while this lives
 /// ([`RequestQueue::queue_tags`]).
+///
+/// ```
+/// # use blkmq_core::*;
+/// # struct Null;
+/// # impl Driver for Null {
+/// #     type Platform = StdPlatform;
+/// #     type Payload = ();
+/// #     fn init_request(&self, _: RequestInit) {}
+/// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+/// #         cx.queue().end_request(rq, Status::Ok);
+/// #         Ok(())
+/// #     }
+/// # }
+/// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null).unwrap();
+/// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+/// # use std::collections::VecDeque;
+/// # /// First in, first out.
+/// # #[derive(Default)]
+/// # struct Fifo(VecDeque<Rq>);
+/// # impl Elevator for Fifo {
+/// #     fn name(&self) -> &'static str { "fifo" }
+/// #     fn insert_requests(&mut self, _: &ElvCx, rqs: &mut dyn Iterator<Item = Rq>, _: bool) {
+/// #         self.0.extend(rqs);
+/// #     }
+/// #     fn dispatch_request(&mut self, _: &ElvCx<'_>, _: usize) -> Option<Rq> {
+/// #         self.0.pop_front()
+/// #     }
+/// #     fn has_work(&self, _: usize) -> bool { !self.0.is_empty() }
+/// # }
+/// let tags: TagsGuard<'_, Null> = queue.queue_tags();
+/// assert!(!tags.has_scheduler());
+/// assert_eq!(tags.set().depth(), 8);
+/// drop(tags); // before the tags may change
+/// queue.switch_elevator(Some(Box::new(Fifo::default())), None).unwrap();
+/// assert!(queue.queue_tags().has_scheduler());
+/// ```
 pub struct TagsGuard<'a, D: Driver>(Exit<'a, D>);
 
 impl<D: Driver> core::ops::Deref for TagsGuard<'_, D> {
@@ -1902,10 +3585,11 @@ fn wait_a_little() {
 }
 
 /// A submitter's batch of requests (Linux's `blk_plug`): requests gather here, merging
-/// with each other, until [`flush`](Self::flush) — at [`PLUG_MAX`] requests
-/// ([`PLUG_MAX_MULTI`] across several queues), before a request of [`PLUG_FLUSH_BYTES`]
-/// grows further, or when the plug is dropped. A flush hands them over in order, through
-/// [`Driver::queue_rqs`] when the driver has it.
+/// with each other, until [`flush`](Self::flush) — when a new request finds [`PLUG_MAX`]
+/// there ([`PLUG_MAX_MULTI`] across several queues) or follows one of at least
+/// [`PLUG_FLUSH_BYTES`], or when the plug is dropped. A flush hands them over in order,
+/// through [`Driver::queue_rqs`] when the driver has it, the queue has no elevator and its
+/// tag set serves no other queue.
 ///
 /// ```
 /// use blkmq_core::*;
@@ -1949,6 +3633,22 @@ impl<'q, D: Driver> Default for Plug<'q, D> {
 
 impl<'q, D: Driver> Plug<'q, D> {
     /// An empty plug (allocates its room once, here).
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # struct Null;
+    /// # impl Driver for Null {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// let plug: Plug<'_, Null> = Plug::new();
+    /// assert!(plug.is_empty());
+    /// ```
     pub fn new() -> Self {
         Self {
             rqs: Vec::with_capacity(PLUG_MAX_MULTI),
@@ -1958,11 +3658,61 @@ impl<'q, D: Driver> Plug<'q, D> {
     }
 
     /// Requests in the plug.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// let mut plug = Plug::new();
+    /// queue.submit_plugged(&mut plug, Bio::new(Op::Write, 0, 8)).unwrap();
+    /// queue.submit_plugged(&mut plug, Bio::new(Op::Write, 8, 8)).unwrap(); // merges
+    /// queue.submit_plugged(&mut plug, Bio::new(Op::Write, 64, 8)).unwrap();
+    /// assert_eq!(plug.len(), 2);
+    /// # drop(plug);
+    /// # queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)));
+    /// ```
     pub fn len(&self) -> usize {
         self.rqs.len()
     }
 
     /// Whether the plug is empty.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # struct Null;
+    /// # impl Driver for Null {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// let mut plug = Plug::new();
+    /// queue.submit_plugged(&mut plug, Bio::new(Op::Read, 0, 8)).unwrap();
+    /// assert!(!plug.is_empty());
+    /// plug.flush();
+    /// assert!(plug.is_empty());
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.rqs.is_empty()
     }
@@ -2014,16 +3764,50 @@ impl<'q, D: Driver> Plug<'q, D> {
     }
 
     /// Hands every request to its queue, in the order they were made.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// let a = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// let b = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// let mut plug = Plug::new();
+    /// a.submit_plugged(&mut plug, Bio::new(Op::Read, 64, 8)).unwrap();
+    /// b.submit_plugged(&mut plug, Bio::new(Op::Read, 8, 8)).unwrap();
+    /// a.submit_plugged(&mut plug, Bio::new(Op::Read, 0, 8)).unwrap();
+    /// plug.flush();
+    /// let held = host.driver().take();
+    /// let sector = |rq: &Rq| a.io(rq).or_else(|| b.io(rq)).unwrap().sector();
+    /// assert_eq!(held.iter().map(sector).collect::<Vec<_>>(), [64, 8, 0]);
+    /// # for rq in held {
+    /// #     let queue = if a.request(&rq).is_some() { &a } else { &b };
+    /// #     queue.end_request(rq, Status::Ok);
+    /// # }
+    /// ```
     pub fn flush(&mut self) {
-        let i = 0;
-        while i < self.rqs.len() {
-            let queue = self.rqs[i].0;
-            // The run of requests of this queue, in order.
-            let mut j = i;
-            while j < self.rqs.len() && core::ptr::eq(self.rqs[j].0, queue) {
-                j += 1;
-            }
-            for (_, rq) in self.rqs.drain(i..j) {
+        while let Some(&(queue, _)) = self.rqs.first() {
+            // The run of requests of this queue at the front, in order.
+            let run = self
+                .rqs
+                .iter()
+                .position(|(q, _)| !core::ptr::eq(*q, queue))
+                .unwrap_or(self.rqs.len());
+            for (_, rq) in self.rqs.drain(..run) {
                 self.scratch.push_back(rq);
             }
             queue.flush_plugged(&mut self.scratch);

@@ -1,0 +1,453 @@
+//! The request queue's steady state allocates nothing: once warmed up, 10,000 I/Os — submit,
+//! `queue_rq`, `end_request` — touch no heap, with and without an elevator, completed one at a
+//! time inside `queue_rq` or in batches, through a plug made once and reused, with merges and
+//! with splits. Measured with a counting allocator on the submitting thread (everything here
+//! runs on it).
+//!
+//! Set `ALLOC_QUEUE_BACKTRACE=1` to have a failing run print where its first allocation came
+//! from.
+
+#![cfg(not(loom))]
+
+#[path = "common/fifo.rs"]
+mod fifo;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::backtrace::Backtrace;
+use std::cell::{Cell, RefCell};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use blkmq_core::{
+    Bio, Driver, HctxCx, Host, Op, Platform, Plug, QueueConfig, QueueLimits, Rejected, RequestInit,
+    RequestQueue, Rq, Status, TagSet,
+};
+
+struct Counting;
+
+thread_local! {
+    /// Allocations made by this thread while counting.
+    static COUNT: Cell<usize> = const { Cell::new(0) };
+    static COUNTING: Cell<bool> = const { Cell::new(false) };
+    /// Where the first counted allocation came from, when asked for.
+    static FIRST: RefCell<Option<String>> = const { RefCell::new(None) };
+    /// Whether to record it.
+    static BACKTRACE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether to record a backtrace of the first counted allocation.
+fn want_backtrace() -> bool {
+    std::env::var_os("ALLOC_QUEUE_BACKTRACE").is_some()
+}
+
+// SAFETY: every call is forwarded to the system allocator unchanged; the bookkeeping touches
+// `const`-initialised thread-locals, and the optional backtrace is taken with counting off, so
+// its own allocations come back here only to be forwarded.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if COUNTING.with(Cell::get) {
+            COUNTING.with(|c| c.set(false));
+            let n = COUNT.with(|c| {
+                c.set(c.get() + 1);
+                c.get()
+            });
+            if n == 1 && BACKTRACE.with(Cell::get) {
+                let trace = format!("{layout:?}\n{}", Backtrace::force_capture());
+                FIRST.with(|f| *f.borrow_mut() = Some(trace));
+            }
+            COUNTING.with(|c| c.set(true));
+        }
+        // SAFETY: forwarded as is.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded as is.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// Runs `f` and returns the allocations it made on this thread, and where the first came from
+/// (with `ALLOC_QUEUE_BACKTRACE` set).
+fn counted(f: impl FnOnce()) -> (usize, Option<String>) {
+    BACKTRACE.with(|b| b.set(want_backtrace()));
+    FIRST.with(|first| first.borrow_mut().take());
+    COUNT.with(|c| c.set(0));
+    COUNTING.with(|c| c.set(true));
+    f();
+    COUNTING.with(|c| c.set(false));
+    (
+        COUNT.with(Cell::get),
+        FIRST.with(|first| first.borrow_mut().take()),
+    )
+}
+
+/// Checks that `f` allocates nothing; says where the first allocation came from if it does.
+fn assert_no_alloc(what: &str, f: impl FnOnce()) {
+    let (count, first) = counted(f);
+    assert!(
+        count == 0,
+        "{what}: {count} allocations in 10,000 I/Os{}",
+        match first {
+            Some(trace) => format!("; the first: {trace}"),
+            None => String::from(" (ALLOC_QUEUE_BACKTRACE=1 says where)"),
+        }
+    );
+}
+
+/// I/Os counted per configuration.
+const IOS: u64 = 10_000;
+
+/// A platform of one CPU, a clock that ticks on each read, and no kicks expected.
+struct Fixed {
+    clock: AtomicU64,
+}
+
+impl Platform for Fixed {
+    type RawMutex = spin::mutex::SpinMutex<()>;
+
+    fn nr_cpus(&self) -> usize {
+        1
+    }
+
+    fn current_cpu(&self) -> usize {
+        0
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.clock.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn kick(&self, _hctx: usize) {}
+}
+
+fn platform() -> Fixed {
+    Fixed {
+        clock: AtomicU64::new(0),
+    }
+}
+
+thread_local! {
+    /// Bios ended on this thread, and how many of them failed.
+    static ENDED: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
+}
+
+fn done(_bio: Bio, status: Status) {
+    ENDED.with(|e| {
+        let (ended, failed) = e.get();
+        e.set((ended + 1, failed + u64::from(!status.is_ok())));
+    });
+}
+
+/// Bios ended so far on this thread; panics if any failed.
+fn ended() -> u64 {
+    let (ended, failed) = ENDED.with(Cell::get);
+    assert_eq!(failed, 0, "bios failed");
+    ended
+}
+
+/// A null driver: takes every request and, `inline`, ends it inside `queue_rq`; else holds it
+/// (in room made once) for the test to end in a batch, up to `cap` at a time (then it is busy:
+/// [`Status::Resource`]). Counts the requests it takes.
+struct Null {
+    inline: bool,
+    cap: usize,
+    held: Mutex<Vec<Rq>>,
+    requests: AtomicU64,
+}
+
+impl Null {
+    fn new(inline: bool) -> Self {
+        Self {
+            inline,
+            cap: usize::MAX,
+            held: Mutex::new(Vec::with_capacity(64)),
+            requests: AtomicU64::new(0),
+        }
+    }
+
+    fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+}
+
+impl Driver for Null {
+    type Platform = Fixed;
+    type Payload = ();
+
+    fn init_request(&self, _: RequestInit) {}
+
+    fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _last: bool) -> Result<(), Rejected> {
+        if self.inline {
+            self.requests.fetch_add(1, Ordering::Relaxed);
+            cx.queue().end_request(rq, Status::Ok);
+            return Ok(());
+        }
+        let mut held = self.held.lock().unwrap();
+        if held.len() >= self.cap {
+            return Err(Rejected {
+                rq,
+                status: Status::Resource,
+            });
+        }
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        held.push(rq);
+        Ok(())
+    }
+}
+
+/// A host of one hardware queue and 16 tags, and a queue on it.
+fn build(
+    inline: bool,
+    limits: QueueLimits,
+    elevator: bool,
+) -> (
+    std::sync::Arc<Host<Null>>,
+    std::sync::Arc<RequestQueue<Null>>,
+) {
+    build_with(Null::new(inline), limits, elevator)
+}
+
+fn build_with(
+    driver: Null,
+    limits: QueueLimits,
+    elevator: bool,
+) -> (
+    std::sync::Arc<Host<Null>>,
+    std::sync::Arc<RequestQueue<Null>>,
+) {
+    let host = Host::new(TagSet::builder(16), platform(), driver).unwrap();
+    let mut config = QueueConfig::new(limits);
+    if elevator {
+        config = config.elevator(Box::new(fifo::Fifo::new()));
+    }
+    let queue = host.add_queue(config).unwrap();
+    (host, queue)
+}
+
+/// A 1 GiB device.
+const LIMITS: QueueLimits = QueueLimits::new(1 << 21);
+
+/// A bio of 8 sectors at `sector`.
+fn bio(op: Op, sector: u64) -> Bio {
+    Bio::new(op, sector, 8).end_io(done)
+}
+
+/// Where the `i`-th scattered I/O goes: far from its neighbours, so nothing merges.
+fn scattered(i: u64) -> u64 {
+    (i * 4096) % (1 << 20)
+}
+
+/// Ends everything the driver holds in one batch, through `spare` (room made once).
+fn end_held(host: &Host<Null>, queue: &RequestQueue<Null>, spare: &mut Vec<Rq>) {
+    std::mem::swap(&mut *host.driver().held.lock().unwrap(), spare);
+    queue.end_requests(spare.drain(..).map(|rq| (rq, Status::Ok)));
+}
+
+/// `rounds` rounds of `per_round` scattered bios submitted, then ended in one batch.
+fn held_rounds(
+    host: &Host<Null>,
+    queue: &RequestQueue<Null>,
+    spare: &mut Vec<Rq>,
+    rounds: u64,
+    per_round: u64,
+) {
+    for round in 0..rounds {
+        for i in 0..per_round {
+            let op = if i % 2 == 0 { Op::Read } else { Op::Write };
+            queue
+                .submit(bio(op, scattered(round * per_round + i)))
+                .unwrap();
+        }
+        end_held(host, queue, spare);
+    }
+}
+
+#[test]
+fn direct_issue_without_elevator_allocates_nothing() {
+    let (host, queue) = build(true, LIMITS, false);
+    let run = |from: u64, n: u64| {
+        for i in from..from + n {
+            queue.submit(bio(Op::Read, scattered(i))).unwrap();
+        }
+    };
+    run(0, 100);
+    let before = ended();
+    assert_no_alloc("direct issue", || run(100, IOS));
+    assert_eq!(ended() - before, IOS);
+    assert_eq!(host.driver().requests(), 100 + IOS);
+    assert_eq!(
+        (host.set().busy(), host.in_driver(), queue.usage()),
+        (0, 0, 0)
+    );
+}
+
+#[test]
+fn batched_completions_without_elevator_allocate_nothing() {
+    let (host, queue) = build(false, LIMITS, false);
+    let mut spare = Vec::with_capacity(64);
+    held_rounds(&host, &queue, &mut spare, 10, 8);
+    let before = ended();
+    assert_no_alloc("batched completions", || {
+        held_rounds(&host, &queue, &mut spare, IOS / 8, 8);
+    });
+    assert_eq!(ended() - before, IOS);
+    assert_eq!(
+        (host.set().busy(), host.in_driver(), queue.usage()),
+        (0, 0, 0)
+    );
+}
+
+#[test]
+fn the_fifo_elevator_allocates_nothing() {
+    // Inline completion: each request goes through the elevator and out at once.
+    let (host, queue) = build(true, LIMITS, true);
+    let run = |from: u64, n: u64| {
+        for i in from..from + n {
+            queue.submit(bio(Op::Write, scattered(i))).unwrap();
+        }
+    };
+    run(0, 100);
+    let before = ended();
+    assert_no_alloc("fifo elevator, inline completion", || run(100, IOS));
+    assert_eq!(ended() - before, IOS);
+    assert_eq!(queue.elevator_name(), Some("fifo"));
+    assert_eq!(host.driver().requests(), 100 + IOS);
+
+    // Held and ended in batches: requests queue up in the elevator behind the driver.
+    let (host, queue) = build(false, LIMITS, true);
+    let mut spare = Vec::with_capacity(64);
+    held_rounds(&host, &queue, &mut spare, 10, 8);
+    let before = ended();
+    assert_no_alloc("fifo elevator, batched completions", || {
+        held_rounds(&host, &queue, &mut spare, IOS / 8, 8);
+    });
+    assert_eq!(ended() - before, IOS);
+    assert_eq!(
+        (host.set().busy(), host.in_driver(), queue.usage()),
+        (0, 0, 0)
+    );
+}
+
+#[test]
+fn a_reused_plug_allocates_nothing() {
+    let (host, queue) = build(true, LIMITS, false);
+    let mut plug = Plug::new();
+    let mut run = |from: u64, n: u64| {
+        for i in from..from + n {
+            queue
+                .submit_plugged(&mut plug, bio(Op::Read, scattered(i)))
+                .unwrap();
+            if i % 8 == 7 {
+                plug.flush();
+            }
+        }
+        plug.flush();
+    };
+    run(0, 100);
+    let before = ended();
+    let requests = host.driver().requests();
+    assert_no_alloc("plug", || run(100, IOS));
+    assert_eq!(ended() - before, IOS);
+    assert_eq!(host.driver().requests() - requests, IOS, "nothing merges");
+}
+
+#[test]
+fn merges_allocate_nothing() {
+    // Eight contiguous bios merge into one request in the plug, and the driver ends it.
+    let (host, queue) = build(true, LIMITS, false);
+    let mut plug = Plug::new();
+    let mut run = |from: u64, n: u64| {
+        for i in from..from + n {
+            queue
+                .submit_plugged(
+                    &mut plug,
+                    bio(Op::Write, (i / 8 % 256) * 4096 + (i % 8) * 8),
+                )
+                .unwrap();
+            if i % 8 == 7 {
+                plug.flush();
+            }
+        }
+    };
+    run(0, 800);
+    let before = ended();
+    let requests = host.driver().requests();
+    assert_no_alloc("merges", || run(800, IOS));
+    assert_eq!(ended() - before, IOS);
+    assert_eq!(
+        host.driver().requests() - requests,
+        IOS / 8,
+        "eight bios to a request"
+    );
+    assert_eq!(host.set().bio_slots_in_use(), 0);
+}
+
+#[test]
+fn splits_allocate_nothing() {
+    // Each bio is four times what a request may hold: four pieces, one parent ending.
+    let limits = QueueLimits {
+        max_sectors: 64,
+        ..LIMITS
+    };
+    let (host, queue) = build(true, limits, false);
+    let run = |from: u64, n: u64| {
+        for i in from..from + n {
+            queue
+                .submit(Bio::new(Op::Read, scattered(i), 256).end_io(done))
+                .unwrap();
+        }
+    };
+    run(0, 100);
+    let before = ended();
+    let requests = host.driver().requests();
+    assert_no_alloc("splits", || run(100, IOS));
+    assert_eq!(ended() - before, IOS);
+    assert_eq!(
+        host.driver().requests() - requests,
+        4 * IOS,
+        "four pieces a bio"
+    );
+    assert_eq!((host.set().busy(), queue.usage()), (0, 0));
+}
+
+#[test]
+fn merges_behind_a_busy_driver_allocate_nothing() {
+    // The driver takes one request at a time: the rest wait in the software queue, where
+    // contiguous bios merge; each completion restarts the queue for the next.
+    let driver = Null {
+        cap: 1,
+        ..Null::new(false)
+    };
+    let (host, queue) = build_with(driver, LIMITS, false);
+    let mut spare = Vec::with_capacity(64);
+    let mut run = |from: u64, n: u64| {
+        for i in from..from + n {
+            queue
+                .submit(bio(Op::Write, (i / 8 % 256) * 4096 + (i % 8) * 8))
+                .unwrap();
+            if i % 8 == 7 {
+                while host.in_driver() > 0 {
+                    end_held(&host, &queue, &mut spare);
+                }
+            }
+        }
+    };
+    run(0, 800);
+    let before = ended();
+    let requests = host.driver().requests();
+    assert_no_alloc("merges behind a busy driver", || run(800, IOS));
+    assert_eq!(ended() - before, IOS);
+    let taken = host.driver().requests() - requests;
+    assert!(
+        taken < IOS / 2,
+        "{taken} requests for {IOS} bios: too few merges"
+    );
+    assert_eq!(
+        (host.set().busy(), host.in_driver(), queue.usage()),
+        (0, 0, 0)
+    );
+}
