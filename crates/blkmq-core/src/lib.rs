@@ -77,7 +77,8 @@ pub use limits::{MAX_CAPACITY, MergeKind, QueueLimits};
 pub use platform::StdPlatform;
 pub use platform::{NoPlatform, Platform};
 pub use queue::{
-    Host, PLUG_FLUSH_BYTES, PLUG_MAX, PLUG_MAX_MULTI, Plug, QueueConfig, RequestQueue, TagsGuard,
+    Host, PLUG_FLUSH_BYTES, PLUG_MAX, PLUG_MAX_MULTI, Plug, QueueConfig, RESOURCE_DELAY_NS,
+    RequestQueue, TagsGuard,
 };
 pub use queue_map::{QueueMap, QueueMaps, QueueType};
 pub use queue_tags::{Alloc, AllocFuture, QueueTags};

@@ -78,6 +78,22 @@ pub trait Platform: Send + Sync + 'static {
     /// assert_eq!(platform.take_kicks(), vec![1]); // recorded once, without a handler
     /// ```
     fn kick(&self, hctx: usize);
+
+    /// Like [`kick`](Self::kick), but the run is wanted no sooner than `delay_ns` from now:
+    /// a dispatch that ran short of a resource with nothing in flight to give it back
+    /// (Linux reruns such a queue after 3 ms), or an elevator holding work back until its
+    /// timer. The default kicks at once; a platform with timers should wait.
+    ///
+    /// ```
+    /// use blkmq_core::{Platform, StdPlatform};
+    /// let platform = StdPlatform::with_cpus(1);
+    /// platform.kick_after(0, 3_000_000);
+    /// assert_eq!(platform.take_kicks(), vec![0]);
+    /// ```
+    fn kick_after(&self, hctx: usize, delay_ns: u64) {
+        let _ = delay_ns;
+        self.kick(hctx);
+    }
 }
 
 #[cfg(all(feature = "std", not(loom)))]

@@ -125,6 +125,14 @@ pub const PLUG_MAX_MULTI: usize = 64;
 /// ```
 pub const PLUG_FLUSH_BYTES: u64 = 128 * 1024;
 
+/// How long a dispatch that ran short with nothing in flight waits for the platform's
+/// rerun (Linux's `BLK_MQ_RESOURCE_DELAY`, 3 ms), through [`Platform::kick_after`].
+///
+/// ```
+/// assert_eq!(blkmq_core::RESOURCE_DELAY_NS, 3_000_000);
+/// ```
+pub const RESOURCE_DELAY_NS: u64 = 3_000_000;
+
 /// The hardware queue is being dispatched.
 const RUNNING: u32 = 1;
 /// A run was asked for since the runner last looked.
@@ -2512,6 +2520,13 @@ impl<D: Driver> RequestQueue<D> {
         self.platform().kick(hctx);
     }
 
+    /// Asks the platform to run `hctx` after `delay_ns`.
+    fn kick_after(&self, hctx: usize, delay_ns: u64) {
+        self.kicked.mark(hctx);
+        self.host.kicked.mark(self.slot);
+        self.platform().kick_after(hctx, delay_ns);
+    }
+
     /// A completion found `hctx` waiting: run it here, or (blocking drivers) kick it.
     fn rerun(&self, hctx: usize) {
         if self.host.set.flags().contains(TagSetFlags::BLOCKING) {
@@ -2630,7 +2645,11 @@ impl<D: Driver> RequestQueue<D> {
                 // like any give-up, or for the platform when nothing is in flight.
                 driver.put_budget(&cx);
                 self.budget_returned(hctx);
-                self.give_up(hctx, batch, epoch, Status::Resource);
+                let now = self.platform().now_ns();
+                let delay = self
+                    .next_timer()
+                    .map_or(RESOURCE_DELAY_NS, |at| at.saturating_sub(now));
+                self.give_up_for(hctx, batch, epoch, Status::Resource, delay);
                 return;
             };
             let own = self.rq_hctx(&rq, hctx);
@@ -2816,6 +2835,19 @@ impl<D: Driver> RequestQueue<D> {
     /// The dispatch gives up: requests back, restart marked, and the completion epoch
     /// checked so a completion that came in meanwhile is not missed.
     fn give_up(&self, hctx: usize, batch: &mut VecDeque<Rq>, epoch: u64, status: Status) {
+        self.give_up_for(hctx, batch, epoch, status, RESOURCE_DELAY_NS);
+    }
+
+    /// [`give_up`](Self::give_up), with the delay of the platform's rerun should nothing be
+    /// in flight.
+    fn give_up_for(
+        &self,
+        hctx: usize,
+        batch: &mut VecDeque<Rq>,
+        epoch: u64,
+        status: Status,
+        delay_ns: u64,
+    ) {
         self.put_back(hctx, batch);
         let h = &self.hctxs[hctx];
         h.busy.store(true, Ordering::Relaxed);
@@ -2829,7 +2861,7 @@ impl<D: Driver> RequestQueue<D> {
         } else if self.host.in_driver.load(Ordering::SeqCst) == 0 {
             // Nothing in flight can complete and restart us: have the platform run us.
             let _ = status;
-            self.kick(hctx);
+            self.kick_after(hctx, delay_ns);
         }
     }
 
