@@ -27,6 +27,8 @@ use alloc::vec::Vec;
 use core::cell::UnsafeCell;
 use core::fmt;
 
+use crossbeam_utils::CachePadded;
+
 use crate::bio::{Bio, BioFlags, Op, Status};
 use crate::driver::{Driver, HctxCx, Rejected, RqBatch, TimeoutAction};
 use crate::elevator::{Elevator, ElvBackend, ElvCx};
@@ -175,10 +177,11 @@ pub struct Host<D: Driver> {
     /// Queue slots with a hardware queue kicked (to run from [`Host::run_kicked`]).
     kicked: RestartSet,
     /// Completions (and requeues) so far: what a dispatcher giving up compares.
-    epoch: AtomicU64,
+    epoch: CachePadded<AtomicU64>,
     /// Requests the driver holds (issued, not yet ended or requeued).
-    in_driver: AtomicUsize,
-    quiesced: AtomicUsize,
+    in_driver: CachePadded<AtomicUsize>,
+    /// Read on every dispatch: kept off the lines the counters above bounce.
+    quiesced: CachePadded<AtomicUsize>,
 }
 
 impl<D: Driver> Host<D> {
@@ -226,9 +229,9 @@ impl<D: Driver> Host<D> {
             restart: RestartSet::new(slots)?,
             kicked: RestartSet::new(slots)?,
             set,
-            epoch: AtomicU64::new(0),
-            in_driver: AtomicUsize::new(0),
-            quiesced: AtomicUsize::new(0),
+            epoch: CachePadded::new(AtomicU64::new(0)),
+            in_driver: CachePadded::new(AtomicUsize::new(0)),
+            quiesced: CachePadded::new(AtomicUsize::new(0)),
         }))
     }
 
@@ -829,8 +832,7 @@ pub struct RequestQueue<D: Driver> {
     change: Lock<D, ()>,
     /// Set while the tags are being replaced: readers that may run frozen back off.
     switching: AtomicBool,
-    /// Requests this queue has in the driver.
-    in_driver: AtomicUsize,
+
     quiesced: AtomicUsize,
     requeue: Lock<D, VecDeque<Rq>>,
     splits: SplitPool<Raw<D>>,
@@ -939,7 +941,6 @@ impl<D: Driver> RequestQueue<D> {
             freeze_depth: lock_api::Mutex::new(0),
             change: lock_api::Mutex::new(()),
             switching: AtomicBool::new(false),
-            in_driver: AtomicUsize::new(0),
             quiesced: AtomicUsize::new(0),
             requeue: lock_api::Mutex::new(VecDeque::with_capacity(capacity)),
             splits: SplitPool::new(2 * capacity),
@@ -2356,6 +2357,15 @@ impl<D: Driver> RequestQueue<D> {
         }
         let index = cpu * QueueType::ALL.len() + kind as usize;
         let ctx = &self.ctxs[index];
+        if ctx.pos == usize::MAX {
+            return Err(bio);
+        }
+        // Nothing queued here (its bit is set once a request is in): no lock to take. A
+        // request whose bit is not set yet only misses a merge.
+        let bit = 1u64 << (ctx.pos % 64);
+        if self.hctxs[ctx.hctx].pending[ctx.pos / 64].load(Ordering::Relaxed) & bit == 0 {
+            return Err(bio);
+        }
         let mut list = ctx.list.lock();
         let tags = self.tags();
         for rq in list.iter_mut().rev().take(CTX_MERGE_SCAN) {
@@ -2792,13 +2802,11 @@ impl<D: Driver> RequestQueue<D> {
 
     /// One more request in the driver.
     fn driver_in(&self) {
-        self.in_driver.fetch_add(1, Ordering::SeqCst);
         self.host.in_driver.fetch_add(1, Ordering::SeqCst);
     }
 
     /// One request fewer in the driver.
     fn driver_out(&self) {
-        self.in_driver.fetch_sub(1, Ordering::SeqCst);
         self.host.in_driver.fetch_sub(1, Ordering::SeqCst);
     }
 
@@ -3490,7 +3498,11 @@ impl<D: Driver> Drop for RequestQueue<D> {
         }
         self.splits.fail_all(Status::IoErr);
         // What the driver still holds will never end through this queue.
-        let held = self.in_driver.swap(0, Ordering::SeqCst);
+        let mut held = 0;
+        self.tags().for_each_busy(None, |busy| {
+            held += usize::from(busy.request.state() == RqState::InFlight);
+            true
+        });
         self.host.in_driver.fetch_sub(held, Ordering::SeqCst);
         if let Some(slot) = self.host.queues.lock().get_mut(self.slot) {
             *slot = None;
