@@ -3498,12 +3498,14 @@ impl<D: Driver> Drop for RequestQueue<D> {
         }
         self.splits.fail_all(Status::IoErr);
         // What the driver still holds will never end through this queue.
-        let mut held = 0;
-        self.tags().for_each_busy(None, |busy| {
-            held += usize::from(busy.request.state() == RqState::InFlight);
-            true
-        });
-        self.host.in_driver.fetch_sub(held, Ordering::SeqCst);
+        if self.host.in_driver.load(Ordering::SeqCst) != 0 {
+            let mut held = 0;
+            self.tags().for_each_busy(None, |busy| {
+                held += usize::from(busy.request.state() == RqState::InFlight);
+                true
+            });
+            self.host.in_driver.fetch_sub(held, Ordering::SeqCst);
+        }
         if let Some(slot) = self.host.queues.lock().get_mut(self.slot) {
             *slot = None;
         }
