@@ -46,6 +46,10 @@ pub(crate) trait ElvBackend {
     fn prepend(&self, rq: &mut Rq, bio: Bio) -> Result<Result<(), Bio>, TagError>;
     fn absorb(&self, into: &mut Rq, from: &mut Rq) -> Result<bool, TagError>;
     fn key(&self, rq: &Rq) -> usize;
+    /// The platform's time (read only when an elevator asks for it).
+    fn now_ns(&self) -> u64 {
+        0
+    }
     fn hctx(&self, rq: &Rq) -> usize;
     fn nr_keys(&self) -> usize;
     fn free_merged(&self, rq: Rq);
@@ -130,7 +134,11 @@ impl<'a> ElvCx<'a> {
     /// assert_eq!(cx.now_ns(), 5_000); // a queue passes its platform's `now_ns()`
     /// ```
     pub fn now_ns(&self) -> u64 {
-        self.now_ns
+        if self.now_ns == ASK_BACKEND {
+            self.backend.now_ns()
+        } else {
+            self.now_ns
+        }
     }
 
     /// The queue's limits.
@@ -1267,3 +1275,6 @@ fn merge_held<E: Elevator + ?Sized>(elv: &mut E, cx: &ElvCx<'_>, into: usize, fr
         Some(rq) => elv.insert_requests(cx, &mut core::iter::once(rq), false),
     }
 }
+
+/// `ElvCx::now_ns` reads the time from the backend (a queue's platform) when asked.
+pub(crate) const ASK_BACKEND: u64 = u64::MAX;

@@ -1427,7 +1427,8 @@ impl<D: Driver> RequestQueue<D> {
     }
 
     fn elv_cx(&self) -> ElvCx<'_> {
-        ElvCx::with_backend(self, &self.limits, self.platform().now_ns())
+        // The clock is read only if the elevator asks (many calls never do).
+        ElvCx::with_backend(self, &self.limits, crate::elevator::ASK_BACKEND)
     }
 
     // ----- usage, freeze -----
@@ -3458,6 +3459,9 @@ impl<D: Driver> ElvBackend for RequestQueue<D> {
     }
     fn hctx(&self, rq: &Rq) -> usize {
         self.tags().request(rq).map_or(0, |r| r.hctx())
+    }
+    fn now_ns(&self) -> u64 {
+        self.platform().now_ns()
     }
     fn nr_keys(&self) -> usize {
         self.tags().nr_keys()

@@ -56,10 +56,13 @@
 #![forbid(unsafe_code)]
 
 extern crate alloc;
-#[cfg(test)]
+// The model (`ops`) records bio ends under a lock; `arbitrary`'s derive names `::std` too.
+#[cfg(any(test, feature = "test-utils"))]
 extern crate std;
 
 mod index;
+#[cfg(feature = "test-utils")]
+pub mod ops;
 
 use alloc::vec::Vec;
 use core::fmt;
@@ -608,19 +611,21 @@ impl Elevator for Deadline {
         rqs: &mut dyn Iterator<Item = Rq>,
         at_head: bool,
     ) {
-        let mut prev: Option<usize> = None;
+        // A batch at the head keeps its own order within each class: each request goes
+        // behind the batch's previous one of its class.
+        let mut prev: [Option<usize>; NR_CLASSES] = [None; NR_CLASSES];
         for rq in rqs {
             let key = cx.key(&rq);
             self.insert_one(cx, rq, at_head);
-            if at_head {
-                // A batch at the head keeps its own order: each behind the one before.
-                if let Some(p) = prev {
+            if at_head && self.lists.contains(key) {
+                let class = self.info[key].class as usize;
+                if let Some(p) = prev[class] {
                     if self.lists.same_list(p, key) {
                         self.lists.remove(key);
                         self.lists.insert_after(p, key);
                     }
                 }
-                prev = Some(key);
+                prev[class] = Some(key);
             }
         }
     }
