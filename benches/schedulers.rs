@@ -256,7 +256,7 @@ impl Bare {
         let rq = dd
             .dispatch_request(&cx, 0)
             .expect("the request just inserted");
-        dd.completed_request(&cx, &rq, self.now);
+        dd.completed_request(&cx, &rq);
         dd.finish_request(&cx, &rq);
         self.tags.complete(rq, Status::Ok).expect("our own request");
     }
@@ -279,7 +279,7 @@ impl Bare {
         }
         assert_eq!(self.out.len(), n, "every request queued is dispatched");
         for rq in self.out.drain(..) {
-            dd.completed_request(&cx, &rq, self.now);
+            dd.completed_request(&cx, &rq);
             dd.finish_request(&cx, &rq);
             self.tags.complete(rq, Status::Ok).expect("our own request");
         }

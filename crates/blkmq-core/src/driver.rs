@@ -342,7 +342,8 @@ pub trait Driver: Send + Sync + Sized + 'static {
     }
 
     /// Take one unit of the device's budget (the SCSI device queue depth) before a request
-    /// is issued; `false` when none is left, and the queue waits for a completion.
+    /// is issued; `false` when none is left, and the queue waits for a completion. It may be
+    /// called with the elevator's lock held: it must not call back into the queue.
     ///
     /// ```
     /// use blkmq_core::*;

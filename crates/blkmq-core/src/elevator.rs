@@ -1124,8 +1124,8 @@ pub trait Elevator: core::any::Any + Send {
     /// #         self.q.pop_front()
     /// #     }
     /// #     fn has_work(&self, _: usize) -> bool { !self.q.is_empty() }
-    ///     fn completed_request(&mut self, cx: &ElvCx<'_>, rq: &Rq, now_ns: u64) {
-    ///         self.took_ns.push(now_ns - cx.io(rq).unwrap().start_ns());
+    ///     fn completed_request(&mut self, cx: &ElvCx<'_>, rq: &Rq) {
+    ///         self.took_ns.push(cx.now_ns() - cx.io(rq).unwrap().start_ns());
     ///     }
     /// }
     ///
@@ -1133,14 +1133,15 @@ pub trait Elevator: core::any::Any + Send {
     /// let elevator = Box::new(Timing::default());
     /// let config = QueueConfig::new(QueueLimits::new(1024)).elevator(elevator);
     /// let queue = host.add_queue(config).unwrap();
+    /// let before = queue.platform().now_ns();
     /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
-    /// std::thread::sleep(std::time::Duration::from_millis(1));
     /// queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)));
+    /// let spent = queue.platform().now_ns() - before;
     /// let took = queue.with_elevator(|e: &mut Timing| e.took_ns.clone()).unwrap();
-    /// assert!(took.len() == 1 && took[0] >= 1_000_000);
+    /// assert!(took.len() == 1 && took[0] <= spent); // within the submit-to-end span
     /// ```
-    fn completed_request(&mut self, cx: &ElvCx<'_>, rq: &Rq, now_ns: u64) {
-        let _ = (cx, rq, now_ns);
+    fn completed_request(&mut self, cx: &ElvCx<'_>, rq: &Rq) {
+        let _ = (cx, rq);
     }
 
     /// A dispatched request is coming back to be dispatched again (it is re-inserted

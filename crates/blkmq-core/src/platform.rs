@@ -62,8 +62,8 @@ pub trait Platform: Send + Sync + 'static {
     /// use blkmq_core::{Platform, StdPlatform};
     /// let platform = StdPlatform::with_cpus(1);
     /// let before = platform.now_ns();
-    /// std::thread::sleep(std::time::Duration::from_millis(2));
-    /// assert!(platform.now_ns() >= before + 2_000_000);
+    /// let after = platform.now_ns();
+    /// assert!(after >= before); // never goes back
     /// ```
     fn now_ns(&self) -> u64;
 

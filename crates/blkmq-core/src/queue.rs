@@ -2203,6 +2203,8 @@ impl<D: Driver> RequestQueue<D> {
             return Ok(());
         };
         let mut bio = bio;
+        // The elevator's depth limit for this bio, once looked up.
+        let mut shallow = None;
         let mut plug = plug;
         if mergeable(&bio) {
             if let Some(plug) = plug.as_deref_mut() {
@@ -2214,7 +2216,7 @@ impl<D: Driver> RequestQueue<D> {
                     Err(back) => bio = back,
                 }
             }
-            match self.try_merge(cpu, kind, bio) {
+            match self.try_merge(cpu, kind, bio, &mut shallow) {
                 Ok(()) => {
                     self.exit();
                     return Ok(());
@@ -2222,7 +2224,7 @@ impl<D: Driver> RequestQueue<D> {
                 Err(back) => bio = back,
             }
         }
-        self.alloc_and_go(bio, cpu, hctx, kind, plug)
+        self.alloc_and_go(bio, cpu, hctx, kind, plug, shallow)
     }
 
     /// With the usage count held: a request for `bio`, then plug, insert or issue.
@@ -2233,16 +2235,20 @@ impl<D: Driver> RequestQueue<D> {
         hctx: usize,
         kind: QueueType,
         plug: Option<&mut Plug<'q, D>>,
+        shallow: Option<Option<usize>>,
     ) -> Result<(), Bio> {
         let tags = self.tags();
         let elevated = self.has_elevator.load(Ordering::Relaxed) && bio.op != Op::Flush;
         let mut alloc = Alloc::new(hctx, cpu);
         if elevated {
-            alloc.shallow_depth = self
-                .elevator
-                .lock()
-                .as_ref()
-                .and_then(|e| e.limit_depth(bio.op, bio.flags));
+            alloc.shallow_depth = match shallow {
+                Some(depth) => depth,
+                None => self
+                    .elevator
+                    .lock()
+                    .as_ref()
+                    .and_then(|e| e.limit_depth(bio.op, bio.flags)),
+            };
         }
         let mut rq = match tags.alloc(&alloc) {
             Ok(rq) => rq,
@@ -2269,8 +2275,16 @@ impl<D: Driver> RequestQueue<D> {
         }
         if elevated {
             let cx = self.elv_cx();
-            if let Some(e) = self.elevator.lock().as_mut() {
+            let mut guard = self.elevator.lock();
+            if let Some(e) = guard.as_mut() {
                 e.prepare_request(&cx, &mut rq);
+                if plug.is_none() {
+                    // Prepared and inserted under one lock.
+                    e.insert_requests(&cx, &mut core::iter::once(rq), false);
+                    drop(guard);
+                    self.run_hw_queue(hctx);
+                    return Ok(());
+                }
             }
         }
         if let Some(plug) = plug {
@@ -2347,12 +2361,22 @@ impl<D: Driver> RequestQueue<D> {
 
     /// Merges `bio` into a queued request: through the elevator, or a short reverse scan of
     /// this CPU's software queue.
-    fn try_merge(&self, cpu: usize, kind: QueueType, bio: Bio) -> Result<(), Bio> {
+    /// With an elevator, also looks up the bio's depth limit (into `shallow`) under the same
+    /// lock, for the allocation that follows a refused merge.
+    fn try_merge(
+        &self,
+        cpu: usize,
+        kind: QueueType,
+        bio: Bio,
+        shallow: &mut Option<Option<usize>>,
+    ) -> Result<(), Bio> {
         if self.has_elevator.load(Ordering::Relaxed) {
             let cx = self.elv_cx();
             let mut guard = self.elevator.lock();
             return match guard.as_mut() {
-                Some(e) => e.bio_merge(&cx, bio),
+                Some(e) => e.bio_merge(&cx, bio).inspect_err(|bio| {
+                    *shallow = Some(e.limit_depth(bio.op, bio.flags));
+                }),
                 None => Err(bio),
             };
         }
@@ -2634,23 +2658,22 @@ impl<D: Driver> RequestQueue<D> {
                 return;
             }
             let elv_cx = self.elv_cx();
-            let has_work = self
-                .elevator
-                .lock()
-                .as_ref()
-                .is_some_and(|e| e.has_work(hctx));
-            if !has_work {
-                return;
-            }
-            if !driver.get_budget(&cx) {
-                self.give_up(hctx, batch, epoch, Status::Resource);
-                return;
-            }
-            let rq = self
-                .elevator
-                .lock()
-                .as_mut()
-                .and_then(|e| e.dispatch_request(&elv_cx, hctx));
+            // Work, budget and the request under one hold of the elevator's lock.
+            let rq = {
+                let mut guard = self.elevator.lock();
+                let Some(e) = guard.as_mut() else {
+                    return;
+                };
+                if !e.has_work(hctx) {
+                    return;
+                }
+                if !driver.get_budget(&cx) {
+                    drop(guard);
+                    self.give_up(hctx, batch, epoch, Status::Resource);
+                    return;
+                }
+                e.dispatch_request(&elv_cx, hctx)
+            };
             let Some(rq) = rq else {
                 // Work held back (a higher class in flight, idling): wait for a completion
                 // like any give-up, or for the platform when nothing is in flight.
@@ -2975,7 +2998,7 @@ impl<D: Driver> RequestQueue<D> {
             let elv_cx = self.elv_cx();
             if let Some(e) = self.elevator.lock().as_mut() {
                 if issued {
-                    e.completed_request(&elv_cx, &rq, elv_cx.now_ns());
+                    e.completed_request(&elv_cx, &rq);
                 }
                 e.finish_request(&elv_cx, &rq);
             }

@@ -551,15 +551,13 @@ impl<T, P: Platform> QueueTags<T, P> {
     ///
     /// ```
     /// use blkmq_core::{Alloc, StdPlatform, TagSet};
-    /// use std::time::Duration;
     ///
     /// let set = TagSet::builder(1).build(StdPlatform::new(), |_| ()).unwrap();
     /// let queue = set.attach().unwrap();
     /// let held = queue.alloc(&Alloc::new(0, 0)).unwrap();
     /// std::thread::scope(|s| {
     ///     let waiter = s.spawn(|| queue.alloc_blocking(Alloc::new(0, 0)).unwrap());
-    ///     std::thread::sleep(Duration::from_millis(10));
-    ///     queue.free(held).unwrap(); // wakes the waiter
+    ///     queue.free(held).unwrap(); // wakes the waiter, whether it waits yet or not
     ///     let rq = waiter.join().unwrap();
     ///     queue.free(rq).unwrap();
     /// });

@@ -726,7 +726,7 @@ impl Elevator for Checked {
         }
     }
 
-    fn completed_request(&mut self, cx: &ElvCx<'_>, rq: &Rq, _now_ns: u64) {
+    fn completed_request(&mut self, cx: &ElvCx<'_>, rq: &Rq) {
         let key = cx.key(rq);
         if !self.prepared.contains(&key) {
             self.complain(format!("elevator: request {key} completed unprepared"));

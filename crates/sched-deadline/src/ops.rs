@@ -1099,7 +1099,7 @@ impl Runner {
     fn complete(&mut self, index: usize, status: Status) -> Result<(), String> {
         let f = self.in_flight.remove(index);
         let cx = ElvCx::new(&self.tags, &self.limits, self.now);
-        self.dd.completed_request(&cx, &f.rq, self.now);
+        self.dd.completed_request(&cx, &f.rq);
         self.dd.finish_request(&cx, &f.rq);
         self.tags
             .complete(f.rq, status)

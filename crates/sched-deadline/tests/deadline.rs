@@ -118,7 +118,7 @@ impl Rig {
     /// Completes a dispatched request and frees it.
     fn finish(&mut self, rq: Rq) {
         let cx = ElvCx::new(&self.tags, &self.limits, self.now);
-        self.dd.completed_request(&cx, &rq, self.now);
+        self.dd.completed_request(&cx, &rq);
         self.dd.finish_request(&cx, &rq);
         self.tags.complete(rq, Status::Ok).unwrap();
     }

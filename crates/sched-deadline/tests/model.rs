@@ -337,7 +337,7 @@ impl World {
     fn complete(&mut self, index: usize) {
         let f = self.in_flight.remove(index);
         let cx = ElvCx::new(&self.tags, &self.limits, self.now);
-        self.dd.completed_request(&cx, &f.rq, self.now);
+        self.dd.completed_request(&cx, &f.rq);
         self.dd.finish_request(&cx, &f.rq);
         self.tags.complete(f.rq, Status::Ok).unwrap();
         for id in f.bios {
