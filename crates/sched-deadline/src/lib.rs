@@ -516,7 +516,6 @@ impl Deadline {
     /// One request of `class`, not inserted after `latest_start` (Linux's
     /// `__dd_dispatch_request`).
     fn dispatch_class(&mut self, cx: &ElvCx<'_>, class: usize, latest_start: u64) -> Option<usize> {
-        let now = cx.now_ns();
         if let Some(key) = self.lists.front(DISPATCH + class) {
             if self.info[key].insert_ns > latest_start {
                 return None;
@@ -551,7 +550,8 @@ impl Deadline {
                 return None;
             };
             let next = self.next_by_sector(class, dir);
-            let key = if self.fifo_expired(class, dir, now) || next.is_none() {
+            // The time is read only here, between batches, where expiry is checked.
+            let key = if next.is_none() || self.fifo_expired(class, dir, cx.now_ns()) {
                 self.lists.front(Self::tree(class, dir))
             } else {
                 next
