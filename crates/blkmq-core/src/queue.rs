@@ -2578,8 +2578,8 @@ impl<D: Driver> RequestQueue<D> {
         }
         let epoch = self.host.epoch.load(Ordering::SeqCst);
         let h = &self.hctxs[hctx];
-        let mut batch = h.scratch.lock();
         if h.dispatch_len.load(Ordering::SeqCst) != 0 {
+            let mut batch = h.scratch.lock();
             {
                 let mut list = h.dispatch.lock();
                 batch.extend(list.drain(..));
@@ -2590,9 +2590,11 @@ impl<D: Driver> RequestQueue<D> {
             }
         }
         if self.has_elevator.load(Ordering::SeqCst) {
-            self.dispatch_elevator(hctx, &mut batch, epoch);
+            // The batch is needed only to give requests back: locked then.
+            self.dispatch_elevator(hctx, epoch);
             return;
         }
+        let mut batch = h.scratch.lock();
         if h.busy.load(Ordering::Relaxed) {
             // One at a time, round robin over the CPUs, while the hardware is busy.
             loop {
@@ -2650,7 +2652,8 @@ impl<D: Driver> RequestQueue<D> {
         false
     }
 
-    fn dispatch_elevator(&self, hctx: usize, batch: &mut VecDeque<Rq>, epoch: u64) {
+    fn dispatch_elevator(&self, hctx: usize, epoch: u64) {
+        let h = &self.hctxs[hctx];
         let cx = self.cx(hctx);
         let driver = self.driver();
         loop {
@@ -2669,7 +2672,7 @@ impl<D: Driver> RequestQueue<D> {
                 }
                 if !driver.get_budget(&cx) {
                     drop(guard);
-                    self.give_up(hctx, batch, epoch, Status::Resource);
+                    self.give_up(hctx, &mut h.scratch.lock(), epoch, Status::Resource);
                     return;
                 }
                 e.dispatch_request(&elv_cx, hctx)
@@ -2683,7 +2686,7 @@ impl<D: Driver> RequestQueue<D> {
                 let delay = self
                     .next_timer()
                     .map_or(RESOURCE_DELAY_NS, |at| at.saturating_sub(now));
-                self.give_up_for(hctx, batch, epoch, Status::Resource, delay);
+                self.give_up_for(hctx, &mut h.scratch.lock(), epoch, Status::Resource, delay);
                 return;
             };
             let own = self.rq_hctx(&rq, hctx);
@@ -2699,8 +2702,9 @@ impl<D: Driver> RequestQueue<D> {
             match self.issue_one(hctx, rq, true, Some(hctx)) {
                 Issued::Queued | Issued::Ended => {}
                 Issued::GaveUp(rq, status) => {
+                    let mut batch = h.scratch.lock();
                     batch.push_back(rq);
-                    self.give_up(hctx, batch, epoch, status);
+                    self.give_up(hctx, &mut batch, epoch, status);
                     return;
                 }
             }

@@ -229,6 +229,8 @@ pub(crate) struct Lists {
     heads: Vec<u32>,
     tails: Vec<u32>,
     lens: Vec<usize>,
+    /// Keys on any list.
+    total: usize,
     next: Vec<u32>,
     prev: Vec<u32>,
     /// The list each key is on, or `NIL`.
@@ -241,6 +243,7 @@ impl Lists {
             heads: vec![NIL; nr_lists],
             tails: vec![NIL; nr_lists],
             lens: vec![0; nr_lists],
+            total: 0,
             next: vec![NIL; nr_keys],
             prev: vec![NIL; nr_keys],
             list: vec![NIL; nr_keys],
@@ -253,6 +256,11 @@ impl Lists {
 
     pub(crate) fn len(&self, l: usize) -> usize {
         self.lens[l]
+    }
+
+    /// Keys on any list.
+    pub(crate) fn total(&self) -> usize {
+        self.total
     }
 
     pub(crate) fn front(&self, l: usize) -> Option<usize> {
@@ -274,6 +282,7 @@ impl Lists {
         self.tails[l] = k;
         self.list[key] = l as u32;
         self.lens[l] += 1;
+        self.total += 1;
     }
 
     pub(crate) fn push_front(&mut self, l: usize, key: usize) {
@@ -290,6 +299,7 @@ impl Lists {
         self.heads[l] = k;
         self.list[key] = l as u32;
         self.lens[l] += 1;
+        self.total += 1;
     }
 
     /// Puts `key` (not on a list) just before `before` (on list `l`).
@@ -307,6 +317,7 @@ impl Lists {
         self.prev[before] = k;
         self.list[key] = l as u32;
         self.lens[l] += 1;
+        self.total += 1;
     }
 
     /// Whether `a` and `b` are on the same list.
@@ -342,6 +353,7 @@ impl Lists {
         }
         self.list[key] = NIL;
         self.lens[l] -= 1;
+        self.total -= 1;
     }
 }
 

@@ -257,7 +257,7 @@ impl Deadline {
 
     /// Requests held (queued, not dispatched).
     pub fn queued(&self) -> usize {
-        (0..DISPATCH + NR_CLASSES).map(|l| self.lists.len(l)).sum()
+        self.lists.total()
     }
 
     fn check(name: &'static str, value: u64, ok: bool) -> Result<(), TunableError> {
