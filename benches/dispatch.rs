@@ -72,9 +72,13 @@ use criterion::{BenchmarkGroup, Criterion, Throughput};
 use crossbeam_queue::ArrayQueue;
 
 mod common;
+#[path = "common/inline.rs"]
+mod inline;
+
 use common::{
     PAIRED_ROUNDS, config, criterion_median, paired_ratio, paired_wanted, rendezvous, wait_for,
 };
+use inline::Inline;
 
 /// Tags of each hardware queue in the per-I/O cases, and the depth of the raw bitmap.
 const IO_DEPTH: usize = 64;
@@ -127,21 +131,6 @@ const COMPLETE_TARGET: f64 = 1.10;
 const PAIRED_IOS: u64 = 50_000;
 
 // ----- drivers -----
-
-/// A driver that ends each request inside `queue_rq`.
-struct Inline;
-
-impl Driver for Inline {
-    type Platform = StdPlatform;
-    type Payload = ();
-
-    fn init_request(&self, _: RequestInit) {}
-
-    fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _last: bool) -> Result<(), Rejected> {
-        cx.queue().end_request(rq, Status::Ok);
-        Ok(())
-    }
-}
 
 /// A driver that keeps each request in a ring of its hardware queue until the submitter
 /// ends it. Each ring has room for every tag, so it never turns a request down.

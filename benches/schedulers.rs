@@ -50,8 +50,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use blkmq_core::{
-    Alloc, Bio, Driver, Elevator, ElvCx, HctxCx, Host, IoPrioClass, Op, QueueConfig, QueueLimits,
-    QueueTags, Rejected, RequestInit, RequestQueue, Rq, Status, StdPlatform, TagSet,
+    Alloc, Bio, Elevator, ElvCx, Host, IoPrioClass, Op, QueueConfig, QueueLimits, QueueTags,
+    RequestQueue, Rq, Status, StdPlatform, TagSet,
 };
 use blkmq_sched_deadline::Deadline;
 use criterion::{Criterion, Throughput};
@@ -59,7 +59,11 @@ use criterion::{Criterion, Throughput};
 // One thread: the helpers that start threads together go unused here.
 #[allow(dead_code)]
 mod common;
+#[path = "common/inline.rs"]
+mod inline;
+
 use common::{PAIRED_ROUNDS, config, criterion_median, paired_ratio, paired_wanted};
+use inline::Inline;
 
 /// Tags of the hardware queue (the elevator gets twice as many scheduler tags).
 const DEPTH: usize = 64;
@@ -96,21 +100,6 @@ fn slot_bio(slot: u64) -> Bio {
 }
 
 // ----- through a request queue -----
-
-/// A driver that ends each request inside `queue_rq`.
-struct Inline;
-
-impl Driver for Inline {
-    type Platform = StdPlatform;
-    type Payload = ();
-
-    fn init_request(&self, _: RequestInit) {}
-
-    fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _last: bool) -> Result<(), Rejected> {
-        cx.queue().end_request(rq, Status::Ok);
-        Ok(())
-    }
-}
 
 /// A host of one CPU and one hardware queue, and one request queue on it.
 struct Dev {
