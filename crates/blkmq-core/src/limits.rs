@@ -340,6 +340,6 @@ impl QueueLimits {
 
 /// Whether I/O of `op` with `flags` may merge at all (Linux's `rq_mergeable` plus the
 /// bio-side flags).
-fn mergeable(op: Op, flags: BioFlags) -> bool {
+pub(crate) fn mergeable(op: Op, flags: BioFlags) -> bool {
     op != Op::Flush && !flags.intersects(BioFlags::NOMERGE | BioFlags::PREFLUSH | BioFlags::FUA)
 }

@@ -549,9 +549,19 @@ impl<D: Driver> Host<D> {
 
     #[cold]
     fn restart_slow(&self) {
+        self.rerun_waiting(None);
+    }
+
+    /// Reruns every hardware queue waiting for a completion, but `except` (a queue slot and
+    /// a hardware queue), and clears the marks.
+    fn rerun_waiting(&self, except: Option<(usize, usize)>) {
         self.restart.drain(|slot| {
             if let Some(queue) = self.queue_at(slot) {
-                queue.restart.drain(|hctx| queue.rerun(hctx));
+                queue.restart.drain(|hctx| {
+                    if except != Some((slot, hctx)) {
+                        queue.rerun(hctx);
+                    }
+                });
             }
         });
     }
@@ -2206,7 +2216,7 @@ impl<D: Driver> RequestQueue<D> {
         // The elevator's depth limit for this bio, once looked up.
         let mut shallow = None;
         let mut plug = plug;
-        if mergeable(&bio) {
+        if crate::limits::mergeable(bio.op, bio.flags) {
             if let Some(plug) = plug.as_deref_mut() {
                 match plug.try_merge(self, bio) {
                     Ok(()) => {
@@ -2842,20 +2852,9 @@ impl<D: Driver> RequestQueue<D> {
     /// queues waiting for one run again (not the runner itself, which is about to give up
     /// and mark itself; marking it here would make it chase its own tail).
     fn budget_returned(&self, runner: usize) {
-        if self.host.restart.is_empty() {
-            return;
+        if !self.host.restart.is_empty() {
+            self.host.rerun_waiting(Some((self.slot, runner)));
         }
-        let (me, slot) = (self as *const Self, self.slot);
-        self.host.restart.drain(|s| {
-            let Some(queue) = self.host.queue_at(s) else {
-                return;
-            };
-            queue.restart.drain(|h| {
-                if !(core::ptr::eq(Arc::as_ptr(&queue), me) && s == slot && h == runner) {
-                    queue.rerun(h);
-                }
-            });
-        });
     }
 
     /// Puts `batch` back at the head of `hctx`'s dispatch list, in order.
@@ -2991,9 +2990,9 @@ impl<D: Driver> RequestQueue<D> {
 
     fn end_one(&self, rq: Rq, status: Status, issued: bool) {
         let tags = self.tags();
-        let hctx = tags.request(&rq).map_or(0, |r| r.hctx());
-        let cx = self.cx(hctx);
-        if let Ok(request) = tags.request(&rq) {
+        let request = tags.request(&rq).ok();
+        let cx = self.cx(request.map_or(0, |r| r.hctx()));
+        if let Some(request) = request {
             self.driver().complete(&cx, request);
         }
         if self.has_elevator.load(Ordering::Relaxed)
@@ -3617,14 +3616,6 @@ impl<D: Driver> Drop for Exit<'_, D> {
     }
 }
 
-/// Whether a bio may merge at all.
-fn mergeable(bio: &Bio) -> bool {
-    bio.op != Op::Flush
-        && !bio
-            .flags
-            .intersects(BioFlags::NOMERGE | BioFlags::PREFLUSH | BioFlags::FUA)
-}
-
 /// Merges `bio` into `rq` if the limits allow; true when it did.
 fn merge_into<T, P: Platform>(
     tags: &QueueTags<T, P>,
@@ -3632,23 +3623,8 @@ fn merge_into<T, P: Platform>(
     rq: &mut Rq,
     bio: &Bio,
 ) -> bool {
-    let Ok(io) = tags.io(rq) else {
-        return false;
-    };
-    let Some(kind) = limits.merge_kind(io, bio) else {
-        return false;
-    };
-    let merged = match kind {
-        crate::limits::MergeKind::Back => tags.append_bio(rq, *bio),
-        crate::limits::MergeKind::Front => tags.prepend_bio(rq, *bio),
-    };
-    if !matches!(merged, Ok(Ok(()))) {
-        return false;
-    }
-    if let Ok(io) = tags.io_mut(rq) {
-        io.segments += limits.segments(bio.op, bio.sector, bio.sectors);
-    }
-    true
+    // The elevator's merge is the one merge: the same checks, the same segment count.
+    ElvCx::new(tags, limits, 0).merge_bio(rq, *bio).is_ok()
 }
 
 /// Spins briefly (yields the thread under `std`).

@@ -958,15 +958,7 @@ impl<T, P: Platform> QueueTags<T, P> {
     /// assert_eq!(set.busy(), 0);
     /// ```
     pub fn complete(&self, rq: Rq, status: Status) -> Result<(), TagError> {
-        let request = self.owner(&rq)?.1;
-        // From idle (ended before it was started) or in flight; already complete when a
-        // racing `try_complete` won, which leaves the ending to us all the same.
-        let _ = request
-            .transition(RqState::InFlight, RqState::Complete)
-            .or_else(|_| request.transition(RqState::Idle, RqState::Complete));
-        // SAFETY: we own the token.
-        unsafe { request.io_mut() }.end_bios(&self.set.bios, status);
-        self.free(rq)
+        self.complete_with(rq, status, &mut Bio::complete)
     }
 
     /// Like [`complete`](Self::complete), each bio handed to `end` rather than its callback.
@@ -977,6 +969,8 @@ impl<T, P: Platform> QueueTags<T, P> {
         end: &mut dyn FnMut(Bio, Status),
     ) -> Result<(), TagError> {
         let request = self.owner(&rq)?.1;
+        // From idle (ended before it was started) or in flight; already complete when a
+        // racing `try_complete` won, which leaves the ending to us all the same.
         let _ = request
             .transition(RqState::InFlight, RqState::Complete)
             .or_else(|_| request.transition(RqState::Idle, RqState::Complete));
