@@ -370,7 +370,7 @@ impl Deadline {
         let Ok(io) = cx.io(&rq) else {
             // Not a request of this queue: nothing to schedule it by. Keep it anyway, at
             // the head of best effort, so it is not lost.
-            self.keep(key, rq, 1, READ, cx.now_ns(), true);
+            self.keep(key, rq, 1, READ, cx.now_ns());
             return;
         };
         let (class, dir) = (class_index(io.prio().class()), dir_of(io.op()));
@@ -380,21 +380,11 @@ impl Deadline {
             // Keys come from the queue's arrays, sized by `depth_updated`; be safe anyway.
             self.grow(key + 1);
         }
-        if !self.info[key].counted {
-            self.info[key] = KeyInfo {
-                class: class as u8,
-                dir: dir as u8,
-                fifo_time: now.saturating_add(self.expire(dir)),
-                insert_ns: now,
-                counted: true,
-                dispatched: false,
-            };
-            self.stats[class].inserted += 1;
-        }
+        self.count_in(key, class, dir, now.saturating_add(self.expire(dir)), now);
         // A reinsert (a merge refused, a requeue) may still be on a list.
         self.unlink(key);
         if at_head {
-            self.keep(key, rq, class, dir, now, true);
+            self.keep(key, rq, class, dir, now);
             return;
         }
         // An insert merge: a queued request ending where this one starts takes it.
@@ -434,29 +424,31 @@ impl Deadline {
     }
 
     /// Holds `rq` at the head of its class's dispatch list.
-    fn keep(&mut self, key: usize, rq: Rq, class: usize, dir: usize, now: u64, at_head: bool) {
+    fn keep(&mut self, key: usize, rq: Rq, class: usize, dir: usize, now: u64) {
         if key >= self.slots.len() {
             self.grow(key + 1);
         }
-        let info = &mut self.info[key];
-        if !info.counted {
-            *info = KeyInfo {
-                class: class as u8,
-                dir: dir as u8,
-                fifo_time: now,
-                insert_ns: now,
-                counted: true,
-                dispatched: false,
-            };
-            self.stats[class].inserted += 1;
-        }
+        self.count_in(key, class, dir, now, now);
         let class = self.info[key].class as usize;
-        if at_head {
-            self.lists.push_front(DISPATCH + class, key);
-        } else {
-            self.lists.push_back(DISPATCH + class, key);
-        }
+        self.lists.push_front(DISPATCH + class, key);
         self.slots[key] = Some(rq);
+    }
+
+    /// Records `key`'s first insertion (a requeued or re-inserted request keeps what it
+    /// had): its class, direction, FIFO deadline and insertion time.
+    fn count_in(&mut self, key: usize, class: usize, dir: usize, fifo_time: u64, now: u64) {
+        if self.info[key].counted {
+            return;
+        }
+        self.info[key] = KeyInfo {
+            class: class as u8,
+            dir: dir as u8,
+            fifo_time,
+            insert_ns: now,
+            counted: true,
+            dispatched: false,
+        };
+        self.stats[class].inserted += 1;
     }
 
     /// The request `from` merged into `into`: `into` keeps the earlier deadline, `from` is
