@@ -42,6 +42,9 @@ pub struct QueueLimits {
     pub max_discard_sectors: u32,
     /// Most sectors of one write-zeroes; zero when the device cannot.
     pub max_write_zeroes_sectors: u32,
+    /// The device seeks (a spinning disk): schedulers keep I/O sequential on it, at the cost
+    /// of some latency (default `false`, as for flash; Linux's `BLK_FEAT_ROTATIONAL`).
+    pub rotational: bool,
 }
 
 /// The largest device, in sectors: byte offsets must fit in 64 bits.
@@ -77,6 +80,7 @@ impl QueueLimits {
     /// use blkmq_core::QueueLimits;
     /// let limits = QueueLimits::new(8);
     /// assert_eq!((limits.capacity, limits.logical_block_size), (8, 512));
+    /// assert!(!limits.rotational);
     /// ```
     pub const fn new(capacity: u64) -> Self {
         Self {
@@ -89,6 +93,7 @@ impl QueueLimits {
             chunk_sectors: 0,
             max_discard_sectors: 0,
             max_write_zeroes_sectors: 0,
+            rotational: false,
         }
     }
 

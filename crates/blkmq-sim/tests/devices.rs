@@ -423,3 +423,21 @@ fn models_refuse_bad_parameters() {
         .is_err()
     );
 }
+
+#[test]
+fn only_the_disk_and_sets_of_disks_are_rotational() {
+    let disk = Disk::new(DiskParams::default()).unwrap();
+    assert!(disk.limits().rotational);
+    assert!(
+        !MmcCard::new(CardParams::default())
+            .unwrap()
+            .limits()
+            .rotational
+    );
+    assert!(!Ssd::new(SsdParams::default()).unwrap().limits().rotational);
+    let disks = (0..2)
+        .map(|_| Disk::new(DiskParams::default()).unwrap())
+        .collect();
+    let raid = Raid0::new(disks, Raid0Params::default()).unwrap();
+    assert!(raid.limits().rotational);
+}

@@ -308,11 +308,14 @@ impl DeviceModel for Disk {
     }
 
     fn limits(&self) -> QueueLimits {
-        super::base_limits(
-            self.params.capacity_sectors,
-            self.params.max_sectors,
-            self.params.max_segments,
-        )
+        QueueLimits {
+            rotational: true,
+            ..super::base_limits(
+                self.params.capacity_sectors,
+                self.params.max_sectors,
+                self.params.max_segments,
+            )
+        }
     }
 
     fn service_ns(&self, start_ns: u64, cmd: &Command) -> u64 {

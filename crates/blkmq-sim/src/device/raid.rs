@@ -247,6 +247,7 @@ impl<M: DeviceModel> DeviceModel for Raid0<M> {
             limits.max_sectors = limits.max_sectors.min(l.max_sectors);
             limits.max_segments = limits.max_segments.min(l.max_segments);
             limits.max_segment_size = limits.max_segment_size.min(l.max_segment_size);
+            limits.rotational |= l.rotational;
         }
         limits.max_discard_sectors = self
             .members
