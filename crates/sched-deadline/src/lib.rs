@@ -60,16 +60,14 @@ extern crate alloc;
 #[cfg(any(test, feature = "test-utils"))]
 extern crate std;
 
-mod index;
 #[cfg(feature = "test-utils")]
 pub mod ops;
 
 use alloc::vec::Vec;
 use core::fmt;
 
+use blkmq_core::sched_index::{EndHash, KeyLists, SectorForest};
 use blkmq_core::{Bio, BioFlags, Elevator, ElvCx, IoPrioClass, MergeKind, Op, Rq};
-
-use index::{EndHash, Forest, Lists};
 
 const READ: usize = 0;
 const WRITE: usize = 1;
@@ -191,8 +189,8 @@ pub struct Deadline {
     nr_requests: usize,
     slots: Vec<Option<Rq>>,
     info: Vec<KeyInfo>,
-    sorted: Forest,
-    lists: Lists,
+    sorted: SectorForest,
+    lists: KeyLists,
     ends: EndHash,
     /// Where the last dispatch of each class and direction ended.
     latest_pos: [[u64; 2]; NR_CLASSES],
@@ -234,8 +232,8 @@ impl Deadline {
             nr_requests: 0,
             slots: Vec::new(),
             info: Vec::new(),
-            sorted: Forest::new(NR_CLASSES * 2, 0),
-            lists: Lists::new(DISPATCH + NR_CLASSES, 0),
+            sorted: SectorForest::new(NR_CLASSES * 2, 0),
+            lists: KeyLists::new(DISPATCH + NR_CLASSES, 0),
             ends: EndHash::new(0),
             latest_pos: [[0; 2]; NR_CLASSES],
             last_dir: READ,
@@ -480,8 +478,8 @@ impl Deadline {
         slots.resize_with(nr_keys, || None);
         self.slots = slots;
         self.info.resize(nr_keys, KeyInfo::default());
-        self.sorted = Forest::new(NR_CLASSES * 2, nr_keys);
-        self.lists = Lists::new(DISPATCH + NR_CLASSES, nr_keys);
+        self.sorted = SectorForest::new(NR_CLASSES * 2, nr_keys);
+        self.lists = KeyLists::new(DISPATCH + NR_CLASSES, nr_keys);
         self.ends = EndHash::new(nr_keys);
         // Held requests (none, when the queue resizes us frozen) are re-queued in order.
         let held: Vec<usize> = (0..self.slots.len())
