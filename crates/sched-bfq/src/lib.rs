@@ -355,6 +355,11 @@ pub struct Bfq {
     idle_until: Option<u64>,
     // The device.
     in_flight: usize,
+    /// Whether the device queues commands itself (NCQ): `None` until seen (Linux's
+    /// `hw_tag`), from the most requests it held over 32 completions with enough around.
+    hw_tag: Option<bool>,
+    hw_tag_samples: u32,
+    max_in_flight: usize,
     last_position: u64,
     rate: PeakRate,
     auto_max_budget: u64,
@@ -433,6 +438,9 @@ impl Bfq {
             idle_start: 0,
             idle_until: None,
             in_flight: 0,
+            hw_tag: None,
+            hw_tag_samples: 0,
+            max_in_flight: 0,
             last_position: 0,
             rate: PeakRate::default(),
             auto_max_budget: 0,
@@ -1169,6 +1177,7 @@ impl Bfq {
         info.dispatched = false;
         let injected = core::mem::take(&mut info.injected);
         let q = info.queue;
+        self.update_hw_tag(q);
         self.in_flight = self.in_flight.saturating_sub(1);
         self.rate.last_completion = now;
         if q == NO_QUEUE {

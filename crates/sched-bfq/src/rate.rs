@@ -6,7 +6,7 @@
 //! rate the device serves them at, since its queues are bounded. A new sample is smoothed
 //! into the estimate with a weight growing with the share of sequential dispatches and the
 //! interval's length; an interval with few sequential dispatches only counts when it shows
-//! a higher rate.
+//! a higher rate than an estimate already made.
 
 use crate::tunables::MS;
 
@@ -94,7 +94,9 @@ impl PeakRate {
                 .max(self.last_completion.saturating_sub(self.first_dispatch));
             let rate = (u128::from(self.sectors) * 1_000_000_000 / u128::from(delta)) as u64;
             let few_sequential = self.sequential < (3 * self.samples) / 4;
-            if !(few_sequential && rate <= self.rate) && rate <= MAX_RATE {
+            // Mostly random I/O shows what the device does for it, not its peak: such an
+            // interval only counts when it beats the estimate, and never makes the first.
+            if !(few_sequential && (self.rate == 0 || rate <= self.rate)) && rate <= MAX_RATE {
                 if self.rate == 0 {
                     self.rate = rate;
                 } else {

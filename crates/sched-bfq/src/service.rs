@@ -18,6 +18,10 @@ use crate::{Bfq, DISPATCH};
 pub(crate) const REAP_NS: u64 = 12_000 * MS;
 /// Requests in the device below which one is injected while idling.
 const INJECT_LIMIT: usize = 1;
+/// More requests than this in the device say it queues commands itself.
+pub(crate) const HW_TAG_THRESHOLD: usize = 3;
+/// Completions with enough requests around to tell, before deciding.
+pub(crate) const HW_TAG_SAMPLES: u32 = 32;
 /// A turn this short says nothing about the queue's rate.
 const SHORT_TURN_NS: u64 = MS;
 /// A turn longer than this shows the queue's rate.
@@ -247,12 +251,46 @@ impl Bfq {
         boosts || guarantees
     }
 
-    fn idling_boosts_throughput(&self, q: u32) -> bool {
+    /// Whether idling for `q` keeps the device's throughput up: always on a rotational
+    /// device that does not queue commands (its head stays where `q` reads), and for a
+    /// sequential I/O-bound queue with a short think time on a rotational device or one
+    /// that does not queue commands (Linux's `idling_boosts_thr`). Until the device is seen
+    /// queueing or not, it is taken to queue.
+    pub(crate) fn idling_boosts_throughput(&self, q: u32) -> bool {
         let queue = &self.queues[q as usize];
-        self.rotational
-            && !queue.seeky()
+        let no_queueing = self.hw_tag == Some(false);
+        let sequential = !queue.seeky()
             && queue.io_bound
-            && queue.short_think_time(self.tunables.slice_idle_ns)
+            && queue.short_think_time(self.tunables.slice_idle_ns);
+        (self.rotational && no_queueing) || ((self.rotational || no_queueing) && sequential)
+    }
+
+    /// At a completion of a request of `q` (still counted in flight): learns whether the
+    /// device queues commands, from the most requests it held while there were more than
+    /// [`HW_TAG_THRESHOLD`] around (Linux's `bfq_update_hw_tag`).
+    pub(crate) fn update_hw_tag(&mut self, q: u32) {
+        self.max_in_flight = self.max_in_flight.max(self.in_flight);
+        if self.hw_tag == Some(true) || self.in_flight + self.queued() <= HW_TAG_THRESHOLD {
+            return;
+        }
+        // A queue that thinks briefly and keeps few requests out cannot fill the device:
+        // its turn says nothing.
+        if q != NO_QUEUE && q == self.in_service {
+            let queue = &self.queues[q as usize];
+            if queue.short_think_time(self.tunables.slice_idle_ns)
+                && queue.dispatched as usize + self.queued_in(q) < HW_TAG_THRESHOLD
+                && self.in_flight < HW_TAG_THRESHOLD
+            {
+                return;
+            }
+        }
+        self.hw_tag_samples += 1;
+        if self.hw_tag_samples < HW_TAG_SAMPLES {
+            return;
+        }
+        self.hw_tag = Some(self.max_in_flight > HW_TAG_THRESHOLD);
+        self.max_in_flight = 0;
+        self.hw_tag_samples = 0;
     }
 
     /// Starts the idle wait for `q`.
@@ -280,6 +318,12 @@ impl Bfq {
             || self.queues[q as usize].dispatched > 0
             || self.idling_boosts_throughput(q)
         {
+            return None;
+        }
+        // A queue that thinks briefly is likely to send its next request before an
+        // injected one would be done: injecting would delay it (Linux starts such a
+        // queue's inject limit at 0).
+        if self.queues[q as usize].short_think_time(self.tunables.slice_idle_ns) {
             return None;
         }
         let mut at = self.busy.front();
@@ -481,8 +525,12 @@ impl Bfq {
             && now >= queue.soft_rt_next_start
             && queue.dispatched == 0;
         let interactive = !in_burst && idle_long;
-        let deserves =
-            low_latency && queue.sync && !queue.explicit_weight && (interactive || soft_rt);
+        // The idle class only ever gets what nobody else wants: never raised.
+        let deserves = low_latency
+            && queue.sync
+            && queue.class != Class::Idle
+            && !queue.explicit_weight
+            && (interactive || soft_rt);
         if queue.wr_coeff > 1 && (in_burst || !low_latency) {
             self.end_raising(q, now);
         } else if deserves && interactive {
@@ -507,15 +555,15 @@ impl Bfq {
         self.maybe_preempt(q, now);
     }
 
-    /// A queue that became backlogged with a higher class, or raised more, than the queue
-    /// in service takes the device from it.
+    /// A queue that became backlogged with a higher class than the queue in service, or of
+    /// the same class and raised more, takes the device from it.
     fn maybe_preempt(&mut self, q: u32, now: u64) {
         let p = self.in_service;
         if p == NO_QUEUE || p == q {
             return;
         }
         let (new, cur) = (&self.queues[q as usize], &self.queues[p as usize]);
-        if new.class < cur.class || new.wr_coeff > cur.wr_coeff {
+        if new.class < cur.class || (new.class == cur.class && new.wr_coeff > cur.wr_coeff) {
             self.expire(p, Expiry::Preempted, now);
         }
     }

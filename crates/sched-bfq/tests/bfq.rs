@@ -300,14 +300,29 @@ fn injection_while_idling_for_the_shares() {
     rig.complete(rq);
     // Different weights: the device idles for issuer 1 ...
     assert_eq!(rig.bfq.next_timer(), Some(9 * MS));
-    // ... but, with nothing in flight, one request of issuer 2 may go meanwhile.
+    // ... and, its think time being short as far as anyone knows (it is new), nothing is
+    // injected: its next read may come at once.
+    assert!(rig.dispatch().is_none());
+    assert_eq!(rig.bfq.stats().injected, 0);
+    // It comes after 16 ms instead, three times: its think time is now longer than the
+    // idle slice.
+    for i in 1..4u64 {
+        rig.now += 16 * MS;
+        rig.insert(read(1, 8 * i, 8));
+        let (issuer, _, rq) = rig.take();
+        assert_eq!(issuer, 1);
+        rig.complete(rq);
+    }
+    let idle_ends = rig.now + 8 * MS;
+    assert_eq!(rig.bfq.next_timer(), Some(idle_ends));
+    // Now, with nothing of its own in flight, one request of issuer 2 may go meanwhile.
     let (issuer, _, injected) = rig.take();
     assert_eq!(issuer, 2);
     assert_eq!(rig.bfq.stats().injected, 1);
     assert!(rig.dispatch().is_none()); // one in the device at a time
-    rig.now = 2 * MS;
+    rig.now += MS;
     rig.complete(injected);
-    assert_eq!(rig.bfq.next_timer(), Some(9 * MS)); // still idling for issuer 1
+    assert_eq!(rig.bfq.next_timer(), Some(idle_ends)); // still idling for issuer 1
     // Strict guarantees: no injection.
     rig.bfq.set_strict_guarantees(true);
     assert!(rig.dispatch().is_none());
