@@ -76,6 +76,7 @@ macro_rules! ensure {
 }
 
 mod bios;
+pub mod elv;
 mod model;
 pub mod queue;
 mod runner;

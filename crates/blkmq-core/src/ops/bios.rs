@@ -30,6 +30,45 @@ fn record_end(bio: Bio, status: Status) {
     }
 }
 
+/// A run's place in [`LOG`]: the bios it marks end into it, until it is dropped. Runs on
+/// several threads at once (test harness threads) keep apart.
+pub(super) struct EndLog {
+    run: u32,
+}
+
+impl EndLog {
+    pub(super) fn new() -> Self {
+        let run = NEXT_RUN.fetch_add(1, Ordering::Relaxed);
+        LOG.lock().insert(run, Vec::new());
+        Self { run }
+    }
+
+    /// `bio` as this run's bio `seq`: its `private` value names both, its `end_io` records.
+    pub(super) fn mark(&self, bio: Bio, seq: u32) -> Bio {
+        bio.private((u64::from(self.run) << 32) | u64::from(seq))
+            .end_io(record_end)
+    }
+
+    /// The sequence number of a bio this run marked, from its `private` value.
+    pub(super) fn seq_of(&self, bio: &Bio) -> Option<u32> {
+        ((bio.private >> 32) as u32 == self.run).then_some(bio.private as u32)
+    }
+
+    /// The ends recorded since the last call, in the order they came.
+    pub(super) fn take(&self) -> Vec<(u32, Status)> {
+        LOG.lock()
+            .get_mut(&self.run)
+            .map(core::mem::take)
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for EndLog {
+    fn drop(&mut self) {
+        LOG.lock().remove(&self.run);
+    }
+}
+
 /// What the model knows about a bio on a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct BioModel {
@@ -42,7 +81,7 @@ pub(super) struct BioModel {
 /// The bios of one run: which the core holds, which ended, and which ends the current op is
 /// expected to cause.
 pub(super) struct Book {
-    run: u32,
+    log: EndLog,
     next_seq: u32,
     /// Bios handed to the core and not yet ended.
     outstanding: BTreeSet<u32>,
@@ -54,10 +93,8 @@ pub(super) struct Book {
 
 impl Book {
     pub(super) fn new() -> Self {
-        let run = NEXT_RUN.fetch_add(1, Ordering::Relaxed);
-        LOG.lock().insert(run, Vec::new());
         Self {
-            run,
+            log: EndLog::new(),
             next_seq: 0,
             outstanding: BTreeSet::new(),
             ended: BTreeSet::new(),
@@ -77,10 +114,10 @@ impl Book {
         let seq = self.next_seq;
         self.next_seq += 1;
         let op = OPS[usize::from(spec.op) % OPS.len()];
-        let bio = Bio::new(op, u64::from(spec.sector), u32::from(spec.sectors))
-            .private((u64::from(self.run) << 32) | u64::from(seq))
-            .payload(u64::from(seq))
-            .end_io(record_end);
+        let bio = self.log.mark(
+            Bio::new(op, u64::from(spec.sector), u32::from(spec.sectors)).payload(u64::from(seq)),
+            seq,
+        );
         let model = BioModel {
             seq,
             op,
@@ -92,7 +129,7 @@ impl Book {
 
     /// The sequence number of a bio this run made, from its `private` value.
     pub(super) fn seq_of(&self, bio: &Bio) -> Option<u32> {
-        ((bio.private >> 32) as u32 == self.run).then_some(bio.private as u32)
+        self.log.seq_of(bio)
     }
 
     /// The core now holds bio `seq`.
@@ -118,11 +155,7 @@ impl Book {
     /// Checks the ends recorded since the last call against those expected. With
     /// `any_order`, as multisets (a detach ends bios in its own order).
     pub(super) fn settle(&mut self, any_order: bool) -> Result<(), String> {
-        let mut got = LOG
-            .lock()
-            .get_mut(&self.run)
-            .map(core::mem::take)
-            .unwrap_or_default();
+        let mut got = self.log.take();
         let mut expected = core::mem::take(&mut self.expected);
         if any_order {
             got.sort_by_key(|&(seq, status)| (seq, status as u8));
@@ -155,11 +188,5 @@ impl Book {
     /// How many bios ended.
     pub(super) fn nr_ended(&self) -> usize {
         self.ended.len()
-    }
-}
-
-impl Drop for Book {
-    fn drop(&mut self) {
-        LOG.lock().remove(&self.run);
     }
 }
