@@ -1,6 +1,6 @@
 //! Replays the checked-in seed corpora of the fuzz targets (`sbitmap_ops`, `tagset_ops`,
-//! `queue_ops`, `deadline_ops`) on stable, so that every `cargo test` runs what the fuzzer found
-//! interesting, without nightly or libFuzzer.
+//! `queue_ops`, `deadline_ops`, `bfq_ops`) on stable, so that every `cargo test` runs what the
+//! fuzzer found interesting, without nightly or libFuzzer.
 //!
 //! Each file in `fuzz/seeds/<target>/` is decoded exactly as `fuzz_target!` decodes its input
 //! (`arbitrary_take_rest` of a `(Config, Vec<Op>)`, after the same minimum-length check) and run
@@ -9,8 +9,10 @@
 //! allocation modes and both targets; for `tagset_ops` per-queue and shared host tags, each with
 //! and without scheduler tags; for `queue_ops` per-queue and shared host tags, with and without
 //! an elevator, each with a driver taking requests one at a time and in batches; for
-//! `deadline_ops` one and two hardware queues, each with per-queue and shared host tags), so a
-//! corpus that goes missing or stale fails here instead of silently testing nothing.
+//! `deadline_ops` one and two hardware queues, each with per-queue and shared host tags; for
+//! `bfq_ops` one and two hardware queues, each on a rotational device and not, each with
+//! `low_latency` on and off), so a corpus that goes missing or stale fails here instead of
+//! silently testing nothing.
 
 // The models run real atomics, which loom's only work inside `loom::model`.
 #![cfg(not(loom))]
@@ -170,5 +172,27 @@ fn deadline_seed_corpus_passes_the_model() {
         modes.len(),
         4,
         "seeds cover only (hardware queues, shared_tags) = {modes:?}"
+    );
+}
+
+#[test]
+fn bfq_seed_corpus_passes_the_model() {
+    use blkmq_sched_bfq::ops::{Config, MAX_HW_QUEUES, Op, run};
+
+    let (kinds, modes) = replay(
+        "bfq_ops",
+        |(config, ops): &(Config, Vec<Op>)| run(config, ops),
+        |(config, ops)| {
+            let kinds = ops.iter().map(Op::kind).collect();
+            let hw_queues = 1 + usize::from(config.tags.hw_queues) % MAX_HW_QUEUES;
+            (kinds, (hw_queues, config.rotational, config.low_latency))
+        },
+    );
+    let missing = missing(Op::KINDS, &kinds);
+    assert!(missing.is_empty(), "no seed has an op of kind {missing:?}");
+    assert_eq!(
+        modes.len(),
+        8,
+        "seeds cover only (hardware queues, rotational, low_latency) = {modes:?}"
     );
 }

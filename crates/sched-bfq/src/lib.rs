@@ -87,8 +87,13 @@
 #![forbid(unsafe_code)]
 
 extern crate alloc;
+// `arbitrary`'s derive in the model (`ops`) names `::std`.
+#[cfg(feature = "test-utils")]
+extern crate std;
 
 mod burst;
+#[cfg(feature = "test-utils")]
+pub mod ops;
 mod queue;
 mod rate;
 mod service;
@@ -497,7 +502,10 @@ impl Bfq {
     /// ```
     pub fn set_tunables(&mut self, tunables: Tunables) -> Result<(), TunableError> {
         tunables.validate()?;
+        let low_latency = tunables.low_latency;
         self.tunables = tunables;
+        // Through the one path that also ends raising when it goes off.
+        self.set_low_latency(low_latency);
         Ok(())
     }
 

@@ -165,10 +165,17 @@ impl Bfq {
             self.expire(q, Expiry::NoMoreRequests, now);
             return Step::Expired;
         };
-        let queue = &self.queues[qi];
-        if queue.charge(self.info[key].sectors) > queue.budget_left() {
-            self.expire(q, Expiry::BudgetExhausted, now);
-            return Step::Expired;
+        let charge = self.queues[qi].charge(self.info[key].sectors);
+        let queue = &mut self.queues[qi];
+        if charge > queue.budget_left() {
+            if queue.service > 0 {
+                self.expire(q, Expiry::BudgetExhausted, now);
+                return Step::Expired;
+            }
+            // A turn always serves its first request, however large (an expired FIFO
+            // head the budget was not sized for, a budget shrunk below a request):
+            // expiring it unserved would give it the same budget again, forever.
+            queue.budget = charge;
         }
         Step::Serve(key)
     }
@@ -259,9 +266,8 @@ impl Bfq {
     pub(crate) fn idling_boosts_throughput(&self, q: u32) -> bool {
         let queue = &self.queues[q as usize];
         let no_queueing = self.hw_tag == Some(false);
-        let sequential = !queue.seeky()
-            && queue.io_bound
-            && queue.short_think_time(self.tunables.slice_idle_ns);
+        let sequential =
+            !queue.seeky() && queue.io_bound && queue.short_think_time(self.tunables.slice_idle_ns);
         (self.rotational && no_queueing) || ((self.rotational || no_queueing) && sequential)
     }
 

@@ -621,3 +621,37 @@ fn the_idle_class_waits_for_the_others() {
     let order: Vec<u32> = (0..3).map(|_| rig.serve().0).collect();
     assert_eq!(order, [1, 1, 1]);
 }
+
+#[test]
+fn a_turn_serves_its_first_request_even_beyond_the_budget() {
+    // A budget of one sector, and an expired FIFO head the budget was not sized for: the
+    // turn serves it rather than ending unserved with the same budget again.
+    let mut rig = Rig::new(false);
+    rig.bfq.set_max_budget(1).unwrap();
+    rig.insert(read(1, 3801, 38));
+    rig.insert(read(1, 2503, 31));
+    rig.now = 130 * MS; // past the sync FIFO expiry
+    rig.insert(read(1, 2600, 3));
+    let mut served = Vec::new();
+    while let Some(rq) = rig.dispatch() {
+        served.push(rig.tags.io(&rq).unwrap().sector());
+        rig.complete(rq);
+    }
+    served.sort_unstable();
+    assert_eq!(served, [2503, 2600, 3801]);
+    assert_eq!(rig.bfq.queued(), 0);
+}
+
+#[test]
+fn turning_low_latency_off_through_set_tunables_ends_raising() {
+    let mut rig = Rig::with(Bfq::new(), false);
+    rig.insert(read(1, 0, 8));
+    assert!(rig.bfq.issuer_stats(IssuerId(1)).unwrap().raised);
+    let tunables = Tunables {
+        low_latency: false,
+        ..*rig.bfq.tunables()
+    };
+    rig.bfq.set_tunables(tunables).unwrap();
+    assert!(!rig.bfq.issuer_stats(IssuerId(1)).unwrap().raised);
+    assert_eq!(rig.bfq.stats().raised_queues, 0);
+}

@@ -430,7 +430,7 @@ fn the_idle_class_gets_its_guard_service() {
     let bound = 200 * MS + Tunables::default().timeout_sync_ns + 15 * MS;
     assert!(idle.ends[0] <= bound, "first at {} ms", idle.ends[0] / MS);
     assert!(longest <= bound, "a gap of {} ms", longest / MS);
-    assert!(idle.stream.done_ios as u64 >= 4 * SEC / bound);
+    assert!(idle.stream.done_ios >= 4 * SEC / bound);
     // One request per guard turn: far less than best effort.
     assert!(idle.stream.done_bytes * 20 < be.done_bytes);
 }
@@ -515,13 +515,21 @@ fn idling_keeps_a_thinking_reader_sequential() {
     // Without idling, the thinker loses the disk at every think time and waits a whole
     // turn of the other reader for each read; idled for, it reads at its own pace for its
     // turns, which the budget timeout ends, so it keeps about its share of the disk's time.
-    assert!(idling >= 2.0 * no_idling, "{idling:.0} vs {no_idling:.0} B/s");
-    assert!(idling >= 0.4 * thinker_alone, "{idling:.0} of {thinker_alone:.0} B/s");
+    assert!(
+        idling >= 2.0 * no_idling,
+        "{idling:.0} vs {no_idling:.0} B/s"
+    );
+    assert!(
+        idling >= 0.4 * thinker_alone,
+        "{idling:.0} of {thinker_alone:.0} B/s"
+    );
 }
 
 /// A new issuer's start-up: 64 small sync reads, one at a time, spread over 64 MiB.
 fn startup(issuer: u32) -> Stream {
-    Stream::seeky(issuer, 900 * GB, 128 << 10, 4).ios(64).until(u64::MAX)
+    Stream::seeky(issuer, 900 * GB, 128 << 10, 4)
+        .ios(64)
+        .until(u64::MAX)
 }
 
 /// How long the start-up burst takes against 5 sequential readers and 5 writers, and on
@@ -534,11 +542,19 @@ fn startup_times(sched: Sched) -> (u64, u64) {
     let idle_ns = idle[0].last_done_ns - at;
     let (mut sim, q) = disk_sim(sched);
     let mut streams: Vec<(u64, Stream)> = (0..5)
-        .map(|i| (0, Stream::reader(i + 1, u64::from(i) * 100 * GB, 128).until(20 * SEC)))
+        .map(|i| {
+            (
+                0,
+                Stream::reader(i + 1, u64::from(i) * 100 * GB, 128).until(20 * SEC),
+            )
+        })
         .collect();
-    streams.extend(
-        (0..5).map(|i| (0, Stream::writer(i + 11, u64::from(i) * 100 * GB + 50 * GB, 256, 8).until(20 * SEC))),
-    );
+    streams.extend((0..5).map(|i| {
+        (
+            0,
+            Stream::writer(i + 11, u64::from(i) * 100 * GB + 50 * GB, 256, 8).until(20 * SEC),
+        )
+    }));
     streams.push((at, startup(99)));
     let done = run(&mut sim, q, streams);
     let burst = done.last().unwrap();
@@ -567,4 +583,3 @@ fn a_new_issuer_starts_up_under_load_about_as_fast_as_on_an_idle_disk() {
     let (loaded, idle) = bfq_times;
     assert!(loaded <= 2 * idle, "{table}");
 }
-
