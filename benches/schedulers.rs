@@ -1,4 +1,5 @@
-//! The cost of an I/O scheduler per request: mq-deadline against no elevator, one thread.
+//! The cost of an I/O scheduler per request: mq-deadline and BFQ against no elevator, one
+//! thread.
 //!
 //! # Per-request cost
 //!
@@ -15,6 +16,9 @@
 //!   scheduler tags: the bio is offered for merging, gets a scheduler tag, is inserted, and
 //!   the run of the hardware queue that follows dispatches it (taking a driver tag) and the
 //!   completion finishes it in the elevator;
+//! * `bfq`: the same with [`Bfq::new`] (its defaults: `low_latency` on), one issuer: each
+//!   request activates the issuer's queue, which is selected, served and expired again
+//!   (nothing else is queued, so it never idles);
 //!
 //! and, to see the elevator without the queue around it, over bare [`QueueTags`] with
 //! scheduler tags and an [`ElvCx`] (as `crates/sched-deadline/tests/model.rs` drives it):
@@ -26,10 +30,12 @@
 //!   [`Elevator::finish_request`] in between, one request at a time;
 //! * `bare_deadline_q32`: as `bare_deadline`, but [`QUEUED`] requests at scattered sectors
 //!   are inserted before they are all dispatched and finished, so the elevator sorts and
-//!   dispatches from a populated queue.
+//!   dispatches from a populated queue;
+//! * `bare_bfq`, `bare_bfq_q32`: the same two with BFQ.
 //!
-//! The target: `deadline / none` at most [`TARGET`] (Linux documents about 0.7 µs per
-//! request for mq-deadline).
+//! The targets: `deadline / none` at most [`TARGET`] (Linux documents about 0.7 µs per
+//! request for mq-deadline), and `bfq / deadline` at most [`BFQ_TARGET`]: BFQ's per-request
+//! cost at most twice mq-deadline's in the same run.
 //!
 //! # Output
 //!
@@ -50,9 +56,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use blkmq_core::{
-    Alloc, Bio, Elevator, ElvCx, Host, IoPrioClass, Op, QueueConfig, QueueLimits, QueueTags,
-    RequestQueue, Rq, Status, StdPlatform, TagSet,
+    Alloc, Bio, Elevator, ElvCx, Host, IoPrioClass, IssuerId, Op, QueueConfig, QueueLimits,
+    QueueTags, RequestQueue, Rq, Status, StdPlatform, TagSet,
 };
+use blkmq_sched_bfq::Bfq;
 use blkmq_sched_deadline::Deadline;
 use criterion::{Criterion, Throughput};
 
@@ -86,6 +93,9 @@ const QUEUED: usize = 32;
 /// The most mq-deadline may cost per request, as a ratio of time over no elevator.
 const TARGET: f64 = 2.0;
 
+/// The most BFQ may cost per request, as a ratio of time over mq-deadline.
+const BFQ_TARGET: f64 = 2.0;
+
 /// Requests in one round of a paired comparison.
 const PAIRED_IOS: u64 = 50_000;
 
@@ -109,14 +119,35 @@ struct Dev {
     slot: u64,
 }
 
+/// The elevator of a [`Dev`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Sched {
+    None,
+    Deadline,
+    Bfq,
+}
+
+impl Sched {
+    /// Its name, as the queue reports it.
+    fn name(self) -> Option<&'static str> {
+        match self {
+            Sched::None => None,
+            Sched::Deadline => Some("mq-deadline"),
+            Sched::Bfq => Some("bfq"),
+        }
+    }
+}
+
 impl Dev {
-    /// With mq-deadline, or with no elevator.
-    fn new(deadline: bool) -> Self {
+    /// With `sched` as its elevator.
+    fn new(sched: Sched) -> Self {
         let host = Host::new(TagSet::builder(DEPTH), StdPlatform::with_cpus(1), Inline)
             .expect("a valid host");
         let mut config = QueueConfig::new(QueueLimits::new(CAPACITY));
-        if deadline {
-            config = config.elevator(Box::new(Deadline::new()));
+        match sched {
+            Sched::None => {}
+            Sched::Deadline => config = config.elevator(Box::new(Deadline::new())),
+            Sched::Bfq => config = config.elevator(Box::new(Bfq::new())),
         }
         let queue = host.add_queue(config).expect("a valid queue");
         queue.platform().pin_current_thread(0);
@@ -125,7 +156,7 @@ impl Dev {
             queue,
             slot: 0,
         };
-        assert_eq!(dev.queue.elevator_name(), deadline.then_some("mq-deadline"));
+        assert_eq!(dev.queue.elevator_name(), sched.name());
         dev.settled();
         dev
     }
@@ -149,7 +180,8 @@ impl Dev {
     }
 
     /// Every request so far ended, none merged, and nothing waits: no work, no tag in use,
-    /// no kick asked for. With mq-deadline, its counters balance with nothing merged.
+    /// no kick asked for. With mq-deadline, its counters balance with nothing merged; with
+    /// BFQ, it holds nothing and dispatched one request per bio.
     fn settled(&self) {
         let queue = &self.queue;
         assert!(!queue.has_work(0), "the hardware queue has work left");
@@ -165,31 +197,66 @@ impl Dev {
             assert_eq!(stats.inserted, stats.completed, "{stats:?}");
             assert_eq!(stats.in_flight, 0, "{stats:?}");
         }
+        if let Some((held, stats)) = queue
+            .with_elevator(|bfq: &mut Bfq| (bfq.queued(), bfq.issuer_stats(IssuerId::default())))
+        {
+            assert_eq!(held, 0, "requests held");
+            if let Some(stats) = stats {
+                assert_eq!(stats.dispatched, self.slot, "{stats:?}");
+            }
+        }
     }
 }
 
 // ----- over bare tags -----
 
-/// Scheduler tags of one request queue, with mq-deadline driven directly, or none.
-struct Bare {
+/// An elevator a [`Bare`] drives: how it shows that everything it was given went through.
+trait Settled: Elevator {
+    /// Checks that it holds nothing and merged nothing, `requests` having gone through.
+    fn settled(&self, requests: u64);
+}
+
+impl Settled for Deadline {
+    fn settled(&self, _requests: u64) {
+        assert!(!self.has_work(0));
+        let stats = self.stats(IoPrioClass::BestEffort);
+        assert_eq!(stats.merged, 0, "bios merged: {stats:?}");
+        assert_eq!(stats.inserted, stats.dispatched, "{stats:?}");
+        assert_eq!(stats.inserted, stats.completed, "{stats:?}");
+    }
+}
+
+impl Settled for Bfq {
+    fn settled(&self, requests: u64) {
+        assert!(!self.has_work(0));
+        assert_eq!(self.queued(), 0);
+        let dispatched = self
+            .issuer_stats(IssuerId::default())
+            .map_or(0, |s| s.dispatched);
+        assert_eq!(dispatched, requests, "one request per bio");
+    }
+}
+
+/// Scheduler tags of one request queue, with an elevator driven directly, or none.
+struct Bare<E> {
     tags: QueueTags<(), StdPlatform>,
     limits: QueueLimits,
-    dd: Option<Deadline>,
+    dd: Option<E>,
     now: u64,
     slot: u64,
     /// Requests dispatched by `bare_deadline_q32`'s rounds, reused.
     out: Vec<Rq>,
 }
 
-impl Bare {
-    fn new(deadline: bool) -> Self {
+impl<E: Settled> Bare<E> {
+    /// With `elevator`, or none.
+    fn new(elevator: Option<E>) -> Self {
         let set = TagSet::builder(DEPTH)
             .build(StdPlatform::with_cpus(1), |_| ())
             .expect("a valid tag set");
         let mut tags = set.attach().expect("a queue");
         tags.attach_scheduler(None, |_| ()).expect("scheduler tags");
-        let dd = deadline.then(|| {
-            let mut dd = Deadline::new();
+        let dd = elevator.map(|mut dd| {
             dd.depth_updated(tags.nr_requests().expect("scheduler tags"), tags.nr_keys());
             let min = dd.min_shallow_depth().expect("a shallow limit");
             tags.set_min_shallow_depth(min)
@@ -234,12 +301,13 @@ impl Bare {
         self.tags.complete(rq, Status::Ok).expect("our own request");
     }
 
-    /// `bare_deadline`: a request made, inserted, dispatched, finished and completed.
+    /// `bare_deadline`, `bare_bfq`: a request made, inserted, dispatched, finished and
+    /// completed.
     #[inline(never)]
-    fn step_deadline(&mut self) {
+    fn step_elevator(&mut self) {
         let rq = self.request(false);
         self.now += 1_000;
-        let dd = self.dd.as_mut().expect("mq-deadline");
+        let dd = self.dd.as_mut().expect("an elevator");
         let cx = ElvCx::new(&self.tags, &self.limits, self.now);
         dd.insert_requests(&cx, &mut std::iter::once(rq), false);
         let rq = dd
@@ -250,18 +318,18 @@ impl Bare {
         self.tags.complete(rq, Status::Ok).expect("our own request");
     }
 
-    /// `bare_deadline_q32`: `n` requests made and inserted, then all dispatched, finished
-    /// and completed.
+    /// `bare_deadline_q32`, `bare_bfq_q32`: `n` requests made and inserted, then all
+    /// dispatched, finished and completed.
     #[inline(never)]
-    fn round_deadline(&mut self, n: usize) {
+    fn round_elevator(&mut self, n: usize) {
         for _ in 0..n {
             let rq = self.request(true);
             self.now += 1_000;
-            let dd = self.dd.as_mut().expect("mq-deadline");
+            let dd = self.dd.as_mut().expect("an elevator");
             let cx = ElvCx::new(&self.tags, &self.limits, self.now);
             dd.insert_requests(&cx, &mut std::iter::once(rq), false);
         }
-        let dd = self.dd.as_mut().expect("mq-deadline");
+        let dd = self.dd.as_mut().expect("an elevator");
         let cx = ElvCx::new(&self.tags, &self.limits, self.now);
         while let Some(rq) = dd.dispatch_request(&cx, 0) {
             self.out.push(rq);
@@ -274,12 +342,13 @@ impl Bare {
         }
     }
 
-    /// `iters` requests of `bare_tags` (without an elevator) or `bare_deadline`.
+    /// `iters` requests of `bare_tags` (without an elevator), `bare_deadline` or
+    /// `bare_bfq`.
     fn run(&mut self, iters: u64) -> Duration {
         let start = Instant::now();
         if self.dd.is_some() {
             for _ in 0..iters {
-                self.step_deadline();
+                self.step_elevator();
             }
         } else {
             for _ in 0..iters {
@@ -289,27 +358,23 @@ impl Bare {
         start.elapsed()
     }
 
-    /// `iters` requests of `bare_deadline_q32`, in rounds of [`QUEUED`].
+    /// `iters` requests of `bare_deadline_q32` or `bare_bfq_q32`, in rounds of [`QUEUED`].
     fn run_queued(&mut self, iters: u64) -> Duration {
         let start = Instant::now();
         let mut left = iters;
         while left > 0 {
             let n = left.min(QUEUED as u64);
-            self.round_deadline(n as usize);
+            self.round_elevator(n as usize);
             left -= n;
         }
         start.elapsed()
     }
 
-    /// Nothing held, no tag in use; mq-deadline's counters balance with nothing merged.
+    /// Nothing held, no tag in use, and the elevator settled.
     fn settled(&self) {
         assert_eq!(self.tags.sched_busy(), 0);
         if let Some(dd) = &self.dd {
-            assert!(!dd.has_work(0));
-            let stats = dd.stats(IoPrioClass::BestEffort);
-            assert_eq!(stats.merged, 0, "bios merged: {stats:?}");
-            assert_eq!(stats.inserted, stats.dispatched, "{stats:?}");
-            assert_eq!(stats.inserted, stats.completed, "{stats:?}");
+            dd.settled(self.slot);
         }
     }
 }
@@ -318,28 +383,37 @@ impl Bare {
 struct Contenders {
     none: Dev,
     deadline: Dev,
-    bare_tags: Bare,
-    bare_deadline: Bare,
-    bare_queued: Bare,
+    bfq: Dev,
+    bare_tags: Bare<Deadline>,
+    bare_deadline: Bare<Deadline>,
+    bare_queued: Bare<Deadline>,
+    bare_bfq: Bare<Bfq>,
+    bare_bfq_queued: Bare<Bfq>,
 }
 
 impl Contenders {
     fn new() -> Self {
         Self {
-            none: Dev::new(false),
-            deadline: Dev::new(true),
-            bare_tags: Bare::new(false),
-            bare_deadline: Bare::new(true),
-            bare_queued: Bare::new(true),
+            none: Dev::new(Sched::None),
+            deadline: Dev::new(Sched::Deadline),
+            bfq: Dev::new(Sched::Bfq),
+            bare_tags: Bare::new(None),
+            bare_deadline: Bare::new(Some(Deadline::new())),
+            bare_queued: Bare::new(Some(Deadline::new())),
+            bare_bfq: Bare::new(Some(Bfq::new())),
+            bare_bfq_queued: Bare::new(Some(Bfq::new())),
         }
     }
 
     fn settled(&self) {
         self.none.settled();
         self.deadline.settled();
+        self.bfq.settled();
         self.bare_tags.settled();
         self.bare_deadline.settled();
         self.bare_queued.settled();
+        self.bare_bfq.settled();
+        self.bare_bfq_queued.settled();
     }
 }
 
@@ -353,6 +427,7 @@ fn schedulers(c: &mut Criterion, all: &mut Contenders) {
     g.bench_function("deadline", |b| {
         b.iter_custom(|iters| all.deadline.run(iters))
     });
+    g.bench_function("bfq", |b| b.iter_custom(|iters| all.bfq.run(iters)));
     g.bench_function("bare_tags", |b| {
         b.iter_custom(|iters| all.bare_tags.run(iters))
     });
@@ -361,6 +436,12 @@ fn schedulers(c: &mut Criterion, all: &mut Contenders) {
     });
     g.bench_function("bare_deadline_q32", |b| {
         b.iter_custom(|iters| all.bare_queued.run_queued(iters))
+    });
+    g.bench_function("bare_bfq", |b| {
+        b.iter_custom(|iters| all.bare_bfq.run(iters))
+    });
+    g.bench_function("bare_bfq_q32", |b| {
+        b.iter_custom(|iters| all.bare_bfq_queued.run_queued(iters))
     });
     g.finish();
     all.settled();
@@ -391,42 +472,60 @@ fn against(ratio: f64, target: f64) -> String {
 /// The header of both ratio tables.
 fn ratio_header() {
     println!(
-        "| deadline / none (<= {TARGET}) | bare_deadline / bare_tags | bare_deadline_q32 / bare_tags |"
+        "| deadline / none (<= {TARGET}) | bfq / deadline (<= {BFQ_TARGET}) | bare_deadline / bare_tags | bare_deadline_q32 / bare_tags | bare_bfq / bare_deadline | bare_bfq_q32 / bare_deadline_q32 |"
     );
-    println!("|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|");
 }
 
 /// Prints the costs and ratios from criterion's medians, if this run measured them all.
 fn summary(started: SystemTime) {
     let m = |f: &str| criterion_median(started, GROUP, f);
-    let (Some(none), Some(deadline), Some(tags), Some(bare), Some(queued)) = (
+    let (
+        Some(none),
+        Some(deadline),
+        Some(bfq),
+        Some(tags),
+        Some(bare),
+        Some(queued),
+        Some(bare_bfq),
+        Some(bfq_queued),
+    ) = (
         m("none"),
         m("deadline"),
+        m("bfq"),
         m("bare_tags"),
         m("bare_deadline"),
         m("bare_deadline_q32"),
-    ) else {
+        m("bare_bfq"),
+        m("bare_bfq_q32"),
+    )
+    else {
         return;
     };
     println!();
     println!("Per request, one thread (criterion medians, ns per request; * misses its target):");
     println!(
-        "| none ns | deadline ns | deadline - none ns | bare_tags ns | bare_deadline ns | bare_deadline_q32 ns | elevator alone ns (bare_deadline - bare_tags) |"
+        "| none ns | deadline ns | bfq ns | deadline - none ns | bfq - none ns | bare_tags ns | bare_deadline ns | bare_deadline_q32 ns | bare_bfq ns | bare_bfq_q32 ns | mq-deadline alone ns (bare_deadline - bare_tags) | BFQ alone ns (bare_bfq - bare_tags) |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     println!(
-        "| {none:>7.1} | {deadline:>7.1} | {:>7.1} | {tags:>7.1} | {bare:>7.1} | {queued:>7.1} | {:>7.1} |",
+        "| {none:>7.1} | {deadline:>7.1} | {bfq:>7.1} | {:>7.1} | {:>7.1} | {tags:>7.1} | {bare:>7.1} | {queued:>7.1} | {bare_bfq:>7.1} | {bfq_queued:>7.1} | {:>7.1} | {:>7.1} |",
         deadline - none,
+        bfq - none,
         bare - tags,
+        bare_bfq - tags,
     );
     println!();
     println!("Ratios of those medians:");
     ratio_header();
     println!(
-        "| {} | {:>5.2} | {:>5.2} |",
+        "| {} | {} | {:>5.2} | {:>5.2} | {:>5.2} | {:>5.2} |",
         against(deadline / none, TARGET),
+        against(bfq / deadline, BFQ_TARGET),
         bare / tags,
         queued / tags,
+        bare_bfq / bare,
+        bfq_queued / queued,
     );
 }
 
@@ -441,16 +540,26 @@ fn paired_summary(all: &mut Contenders) {
     let Contenders {
         none,
         deadline,
+        bfq,
         bare_tags,
         bare_deadline,
         bare_queued,
+        bare_bfq,
+        bare_bfq_queued,
     } = all;
     let dd_none = paired_ratio(|| deadline.run(n), || none.run(n));
+    let bfq_dd = paired_ratio(|| bfq.run(n), || deadline.run(n));
     let bare_ratio = paired_ratio(|| bare_deadline.run(n), || bare_tags.run(n));
     let queued_ratio = paired_ratio(|| bare_queued.run_queued(n), || bare_tags.run(n));
+    let bare_bfq_ratio = paired_ratio(|| bare_bfq.run(n), || bare_deadline.run(n));
+    let bfq_queued_ratio = paired_ratio(
+        || bare_bfq_queued.run_queued(n),
+        || bare_queued.run_queued(n),
+    );
     println!(
-        "| {} | {bare_ratio:>5.2} | {queued_ratio:>5.2} |",
-        against(dd_none, TARGET)
+        "| {} | {} | {bare_ratio:>5.2} | {queued_ratio:>5.2} | {bare_bfq_ratio:>5.2} | {bfq_queued_ratio:>5.2} |",
+        against(dd_none, TARGET),
+        against(bfq_dd, BFQ_TARGET),
     );
     all.settled();
 }
