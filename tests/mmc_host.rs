@@ -215,3 +215,27 @@ fn runs_repeat_exactly() {
     let again = run_all(card_params(), Scale::SMALL).expect("the scenarios run");
     assert_eq!(first, report(&again).expect("the report"));
 }
+
+#[test]
+fn bfq_starts_an_application_up_under_writes_as_on_an_idle_card() {
+    let rows = &results(Scale::SMALL).startup;
+    let by = |name: &str| {
+        rows.iter()
+            .find(|(c, _)| c.name == name)
+            .map(|(_, s)| *s)
+            .expect("the column ran")
+    };
+    let (none, deadline, bfq) = (by("none"), by("mq-deadline"), by("bfq"));
+    // The same burst on the same idle card, whatever the scheduler.
+    assert_eq!(none.idle_ns, bfq.idle_ns);
+    assert_eq!(deadline.idle_ns, bfq.idle_ns);
+    // Under four writers, none and mq-deadline serve it behind the writeback: hundreds of
+    // times slower. BFQ raises the new issuer's weight and lets it preempt the writers.
+    assert!(none.slowdown() > 100.0 && deadline.slowdown() > 100.0, "{rows:?}");
+    assert!(bfq.slowdown() <= 3.0, "{rows:?}");
+    // Not by starving the writers: they keep moving at the others' rate.
+    assert!(
+        bfq.writers_bytes_per_sec * 10 >= deadline.writers_bytes_per_sec * 8,
+        "{rows:?}"
+    );
+}

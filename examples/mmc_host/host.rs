@@ -7,14 +7,15 @@ use std::fmt::Write as _;
 use std::sync::{Mutex, MutexGuard};
 
 use blkmq_core::{
-    BioFlags, Driver, Elevator, HctxCx, Platform, QueueConfig, QueueLimits, Rejected, RequestInit,
-    Rq, Status, TagSet,
+    BioFlags, Driver, Elevator, HctxCx, IssuerId, Platform, QueueConfig, QueueLimits, Rejected,
+    RequestInit, Rq, Status, TagSet,
 };
+use blkmq_sched_bfq::Bfq;
 use blkmq_sched_deadline::Deadline;
 use blkmq_sim::{
-    CardParams, CmdId, Command, Dd, DdResult, Find, FindParams, IOZONE_TESTS, Iozone, IozoneGrid,
-    IozoneParams, IozoneTest, IrqCx, MmcCard, QueueId, Sim, SimDriver, SimPlatform, SimStats,
-    real_line, side_by_side,
+    CardParams, CmdId, Command, Dd, DdResult, Find, FindParams, FioJob, IOZONE_TESTS, Iozone,
+    IozoneGrid, IozoneParams, IozoneTest, IrqCx, MmcCard, Pattern, QueueId, Sim, SimDriver,
+    SimPlatform, SimStats, real_line, side_by_side,
 };
 
 /// What can go wrong setting up or running a scenario.
@@ -22,6 +23,9 @@ pub(crate) type Fallible<T> = Result<T, Box<dyn Error + Send + Sync>>;
 
 // ----- the host driver -----
 
+/// Requests a scheduler holds: Linux's MMC queue announces a depth of 64 to blk-mq, which
+/// gives a scheduler twice that, whatever the two slots of the card.
+pub(crate) const SCHED_REQUESTS: usize = 128;
 /// The largest request an sdhci host takes (`max_req_size`, 512 KiB), in sectors.
 pub(crate) const HOST_MAX_SECTORS: u32 = 1024;
 /// The host's scatter-gather entries per request (`max_segs`).
@@ -236,8 +240,12 @@ fn mq_deadline() -> Option<Box<dyn Elevator>> {
     Some(Box::new(Deadline::new()))
 }
 
+fn bfq() -> Option<Box<dyn Elevator>> {
+    Some(Box::new(Bfq::new()))
+}
+
 /// The simulated columns, in print order.
-pub(crate) const COLUMNS: [Column; 3] = [
+pub(crate) const COLUMNS: [Column; 4] = [
     // The seed's AFTER: no scheduler, nothing merges, one tag, one request at a time.
     Column {
         name: "naive",
@@ -261,6 +269,14 @@ pub(crate) const COLUMNS: [Column; 3] = [
         depth: 2,
         nomerge: false,
         elevator: mq_deadline,
+        expect: Expect::NoWorse,
+    },
+    Column {
+        name: "bfq",
+        style: HostStyle::Pipelined,
+        depth: 2,
+        nomerge: false,
+        elevator: bfq,
         expect: Expect::NoWorse,
     },
 ];
@@ -523,7 +539,7 @@ pub(crate) fn host_sim(column: &Column, params: CardParams) -> Fallible<(Sim<Mmc
     let host = MmcHost::new(platform.clone(), MmcCard::new(params)?, column.style);
     let mut config = QueueConfig::new(host.limits());
     if let Some(elevator) = (column.elevator)() {
-        config = config.elevator(elevator);
+        config = config.elevator(elevator).nr_requests(SCHED_REQUESTS);
     }
     let mut sim = Sim::new(platform, TagSet::builder(column.depth), host)?;
     let queue = sim.add_queue(config)?;
@@ -560,6 +576,114 @@ pub(crate) fn run_legacy(params: CardParams, scale: Scale) -> Fallible<Figures> 
     )
 }
 
+// ----- responsiveness -----
+
+/// An application starting up: its first reads, 4 KiB each, one at a time, spread over
+/// 64 MiB (libraries, configuration), by an issuer new to the queue.
+pub(crate) const STARTUP_READS: u64 = 128;
+/// When it starts: the background writers have filled the queue by then.
+pub(crate) const STARTUP_AT_NS: u64 = 1_000_000_000;
+/// Background writers: each a `dd` writing through the page cache, 16 bios of 128 KiB in
+/// flight (writeback), far from the start-up's reads and from each other.
+pub(crate) const STARTUP_WRITERS: u32 = 4;
+/// What each writer writes.
+pub(crate) const STARTUP_WRITE_BYTES: u64 = 48 << 20;
+
+/// How long a column takes to serve the start-up burst, alone and under the writers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Startup {
+    /// On an idle card.
+    pub(crate) idle_ns: u64,
+    /// Under the background writers.
+    pub(crate) loaded_ns: u64,
+    /// What the writers moved per second meanwhile (loaded run), in bytes.
+    pub(crate) writers_bytes_per_sec: u64,
+}
+
+impl Startup {
+    /// Loaded over idle.
+    pub(crate) fn slowdown(&self) -> f64 {
+        self.loaded_ns as f64 / self.idle_ns as f64
+    }
+}
+
+/// The start-up burst on `column`, with the background writers when `loaded`: its time
+/// from start to last completion, and the writers' rate over the run.
+fn startup_run(column: &Column, params: CardParams, loaded: bool) -> Fallible<(u64, u64)> {
+    let (mut sim, queue) = host_sim(column, params)?;
+    let mut writers = Vec::new();
+    if loaded {
+        for i in 0..STARTUP_WRITERS {
+            let start = (u64::from(i) + 1) * (256 << 11); // 256 MiB apart, in sectors
+            let dd = Dd::write(start, STARTUP_WRITE_BYTES)
+                .issuer(IssuerId(100 + i))
+                .window(16)
+                .refill(8);
+            writers.push(sim.add_workload(queue, dd));
+        }
+    }
+    let burst = FioJob::new(IssuerId(1), Pattern::RandRead, 4096, 1, STARTUP_READS)
+        .region(2 << 21, 64 << 11) // at 2 GiB, 64 MiB long
+        .seed(7);
+    let burst = sim.add_workload_on(queue, 0, STARTUP_AT_NS, burst);
+    let report = sim.run()?;
+    let ended = &report.workloads[burst.index()];
+    if !ended.finished || ended.ios != STARTUP_READS {
+        return Err(format!("{}: the start-up burst did not finish", column.name).into());
+    }
+    let written: u64 = writers
+        .iter()
+        .map(|w| report.workloads[w.index()].bytes_written)
+        .sum();
+    let span = writers
+        .iter()
+        .map(|w| report.workloads[w.index()].end_ns)
+        .max()
+        .unwrap_or(0);
+    let rate = if span == 0 {
+        0
+    } else {
+        (u128::from(written) * 1_000_000_000 / u128::from(span)) as u64
+    };
+    Ok((ended.elapsed_ns(), rate))
+}
+
+/// The start-up burst on `column`, idle and loaded.
+pub(crate) fn run_startup(column: &Column, params: CardParams) -> Fallible<Startup> {
+    let (idle_ns, _) = startup_run(column, params, false)?;
+    let (loaded_ns, writers_bytes_per_sec) = startup_run(column, params, true)?;
+    Ok(Startup {
+        idle_ns,
+        loaded_ns,
+        writers_bytes_per_sec,
+    })
+}
+
+/// The columns the responsiveness table compares: every one with the pipelined driver.
+pub(crate) fn startup_columns() -> impl Iterator<Item = &'static Column> {
+    COLUMNS.iter().filter(|c| c.expect == Expect::NoWorse)
+}
+
+/// The responsiveness table.
+pub(crate) fn startup_table(rows: &[(Column, Startup)]) -> String {
+    let mut out = format!(
+        "{:<12} {:>12} {:>14} {:>10} {:>14}\n",
+        "column", "idle card", "under writes", "slowdown", "writers MB/s"
+    );
+    for (column, s) in rows {
+        let _ = writeln!(
+            out,
+            "{:<12} {:>10.1}ms {:>12.1}ms {:>9.2}x {:>14.2}",
+            column.name,
+            s.idle_ns as f64 / 1e6,
+            s.loaded_ns as f64 / 1e6,
+            s.slowdown(),
+            s.writers_bytes_per_sec as f64 / 1e6
+        );
+    }
+    out
+}
+
 /// Every simulated figure of a run.
 #[derive(Clone, Debug)]
 pub(crate) struct Results {
@@ -569,6 +693,8 @@ pub(crate) struct Results {
     pub(crate) legacy: Figures,
     /// Each of [`COLUMNS`], in order.
     pub(crate) columns: Vec<(Column, Figures)>,
+    /// The start-up burst of each of [`startup_columns`].
+    pub(crate) startup: Vec<(Column, Startup)>,
 }
 
 /// Runs the legacy calibration and every column at `scale`, one thread each.
@@ -579,18 +705,26 @@ pub(crate) fn run_all(params: CardParams, scale: Scale) -> Fallible<Results> {
             .iter()
             .map(|column| s.spawn(move || run_column(column, params, scale)))
             .collect();
-        let join = |r: std::thread::Result<Fallible<Figures>>| -> Fallible<Figures> {
+        let startups: Vec<_> = startup_columns()
+            .map(|column| s.spawn(move || run_startup(column, params)))
+            .collect();
+        fn join<T>(r: std::thread::Result<Fallible<T>>) -> Fallible<T> {
             r.map_err(|_| "a simulation panicked")?
-        };
+        }
         let legacy = join(legacy.join())?;
         let mut figures = Vec::new();
         for (column, handle) in COLUMNS.iter().zip(columns) {
             figures.push((*column, join(handle.join())?));
         }
+        let mut startup = Vec::new();
+        for (column, handle) in startup_columns().zip(startups) {
+            startup.push((*column, join(handle.join())?));
+        }
         Ok(Results {
             scale,
             legacy,
             columns: figures,
+            startup,
         })
     })
 }
@@ -976,5 +1110,14 @@ pub(crate) fn report(results: &Results) -> Fallible<String> {
          misses the seed's\nBEFORE, the miss is the calibration's residual (section 3), not a \
          slower path. `time` truncates to 10 ms:\nthe seed's find of 3.60 s is 3.600 to 3.609 s.\n",
     );
+    let _ = writeln!(
+        out,
+        "\n=== 5. Responsiveness: an application starting up ({STARTUP_READS} reads of 4 KiB, one \
+         at a time, over 64 MiB)\n    at {} s, on an idle card and under {STARTUP_WRITERS} `dd` \
+         writers of {} MiB each (16 bios of 128 KiB in flight)\n",
+        STARTUP_AT_NS / 1_000_000_000,
+        STARTUP_WRITE_BYTES >> 20
+    );
+    out.push_str(&startup_table(&results.startup));
     Ok(out)
 }
