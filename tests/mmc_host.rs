@@ -231,7 +231,10 @@ fn bfq_starts_an_application_up_under_writes_as_on_an_idle_card() {
     assert_eq!(deadline.idle_ns, bfq.idle_ns);
     // Under four writers, none and mq-deadline serve it behind the writeback: hundreds of
     // times slower. BFQ raises the new issuer's weight and lets it preempt the writers.
-    assert!(none.slowdown() > 100.0 && deadline.slowdown() > 100.0, "{rows:?}");
+    assert!(
+        none.slowdown() > 100.0 && deadline.slowdown() > 100.0,
+        "{rows:?}"
+    );
     assert!(bfq.slowdown() <= 3.0, "{rows:?}");
     // Not by starving the writers: they keep moving at the others' rate.
     assert!(
