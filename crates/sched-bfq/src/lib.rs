@@ -222,6 +222,8 @@ pub struct QueueStats {
     pub service_sectors: u64,
     /// Requests dispatched (lifetime).
     pub dispatched: u64,
+    /// Turns its budget timeout ended (lifetime).
+    pub budget_timeouts: u64,
 }
 
 /// Scheduler-wide counters and estimates.
@@ -297,6 +299,7 @@ struct Issuer {
     queue: u32,
     service: u64,
     dispatched: u64,
+    budget_timeouts: u64,
 }
 
 /// The active queues (with requests queued or in flight), for the idling decisions: are
@@ -800,6 +803,7 @@ impl Bfq {
             budget: 0,
             service_sectors: entry.service,
             dispatched: entry.dispatched,
+            budget_timeouts: entry.budget_timeouts,
         };
         if entry.queue != NO_QUEUE {
             let q = &self.queues[entry.queue as usize];
@@ -849,6 +853,7 @@ impl Bfq {
             queue: NO_QUEUE,
             service: 0,
             dispatched: 0,
+            budget_timeouts: 0,
         })
     }
 

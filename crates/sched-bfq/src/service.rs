@@ -698,6 +698,12 @@ impl Bfq {
         }
         if why == Expiry::BudgetTimeout {
             self.stats.budget_timeouts += 1;
+            let queue = &self.queues[qi];
+            if queue.sync {
+                if let Some(entry) = self.issuers.get_mut(&blkmq_core::IssuerId(queue.issuer)) {
+                    entry.budget_timeouts += 1;
+                }
+            }
         }
         let queue = &mut self.queues[qi];
         let requeue = (!empty).then_some(queue.budget);

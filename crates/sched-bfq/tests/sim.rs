@@ -370,6 +370,7 @@ fn a_seeky_reader_is_cut_by_the_budget_timeout() {
         total / 1e6,
     );
     assert!(seeky_stats.seeky);
+    assert!(seeky_stats.budget_timeouts > 0, "{seeky_stats:?}");
     assert!(stats.budget_timeouts > 0, "{stats:?}");
     assert!(
         total >= 2.0 * equal,
