@@ -66,6 +66,17 @@ pub extern "C" fn blkmq_no_std_facade() -> usize {
     blkmq::sbitmap::WAIT_QUEUES
 }
 
+/// So do both schedulers: each made, told its depth, and asked for work.
+#[unsafe(no_mangle)]
+pub extern "C" fn blkmq_no_std_schedulers(nr_requests: usize) -> usize {
+    use blkmq::Elevator;
+    let mut deadline = blkmq::deadline::Deadline::new();
+    deadline.depth_updated(nr_requests, nr_requests);
+    let mut bfq = blkmq::bfq::Bfq::new();
+    bfq.depth_updated(nr_requests, nr_requests);
+    usize::from(deadline.has_work(0)) + usize::from(bfq.has_work(0)) + bfq.queued()
+}
+
 /// A platform with one CPU and no clock, as a bare-metal integrator might start.
 struct OneCpu;
 
