@@ -55,9 +55,9 @@
 //!   calibration does: a few hundredths of a percent to 0.63% under it on `dd` and the 4
 //!   and 8 kB reads, 0.29% over it on `find`, on or above it everywhere else.
 //! * Under the writers, the start-up waits behind the writeback with `none` and
-//!    `mq-deadline` (several hundred times its idle time); BFQ raises the new issuer's weight
-//!    and lets it preempt the writers' queue, so it takes about 2.4x its idle time while the
-//!    writers keep their rate.
+//!   `mq-deadline` (several hundred times its idle time); BFQ raises the new issuer's weight
+//!   and lets it preempt the writers' queue, so it takes about 2.4x its idle time while the
+//!   writers keep their rate.
 //! * `find` is the same in every column: its reads are synchronous, one at a time, 4 KiB
 //!   each; there is nothing to prepare ahead, merge or sort. The model cannot make the
 //!   naive set-up lose the seed's 0.82 s there (306 us per read, where iozone's 4 kB reads,
