@@ -105,7 +105,7 @@ use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 use core::fmt;
 
-use blkmq_core::sched_index::{EndHash, KeyLists, SectorForest};
+use blkmq_core::sched_index::{KeyLists, SortedRequests};
 use blkmq_core::{Bio, BioFlags, Elevator, ElvCx, IoPrio, IssuerId, MergeKind, Op, Rq, RqIo};
 
 use burst::Burst;
@@ -332,14 +332,11 @@ pub struct Bfq {
     tunables: Tunables,
     nr_requests: usize,
     rotational: bool,
-    // Requests, by key.
-    slots: Vec<Option<Rq>>,
+    /// Requests, by key: sorted in a tree per queue slot.
+    sorted: SortedRequests,
     info: Vec<KeyInfo>,
-    /// A sector-sorted tree per queue slot.
-    sorted: SectorForest,
     /// The dispatch list ([`DISPATCH`]), then a FIFO per queue slot (`1 + slot`).
     lists: KeyLists,
-    ends: EndHash,
     // Queues.
     sched: Wf2q,
     queues: Vec<Queue>,
@@ -425,11 +422,9 @@ impl Bfq {
             tunables: Tunables::default(),
             nr_requests: 0,
             rotational: false,
-            slots: Vec::new(),
+            sorted: SortedRequests::new(0, 0),
             info: Vec::new(),
-            sorted: SectorForest::new(0, 0),
             lists: KeyLists::new(1, 0),
-            ends: EndHash::new(0),
             sched: Wf2q::new(),
             queues: Vec::new(),
             free_queues: Vec::new(),
@@ -1018,9 +1013,8 @@ impl Bfq {
 
     /// Takes `key` out of its tree, FIFO or dispatch list and the end hash.
     fn unlink(&mut self, key: usize) {
-        self.sorted.remove(key);
+        self.sorted.unlink(key);
         self.lists.remove(key);
-        self.ends.remove(key);
         let q = self.info[key].queue;
         if q != NO_QUEUE && self.lists.is_empty(Self::fifo(q)) {
             self.busy.remove(q);
@@ -1028,20 +1022,13 @@ impl Bfq {
     }
 
     fn grow(&mut self, nr_keys: usize) {
-        let nr_keys = nr_keys.max(self.slots.len());
-        let mut slots = Vec::with_capacity(nr_keys);
-        slots.append(&mut self.slots);
-        slots.resize_with(nr_keys, || None);
-        self.slots = slots;
+        self.sorted.resize(self.queues.len(), nr_keys);
+        let nr_keys = self.sorted.forest().nr_keys();
         self.info.resize(nr_keys, KeyInfo::default());
-        self.sorted = SectorForest::new(self.queues.len(), nr_keys);
         self.lists = KeyLists::new(1 + self.queues.len(), nr_keys);
-        self.ends = EndHash::new(nr_keys);
         // Held requests (none, when the queue resizes us frozen) go to the dispatch list.
-        for key in 0..self.slots.len() {
-            if self.slots[key].is_some() {
-                self.lists.push_back(DISPATCH, key);
-            }
+        for key in self.sorted.held_keys() {
+            self.lists.push_back(DISPATCH, key);
         }
         for q in 0..self.queues.len() as u32 {
             self.busy.remove(q);
@@ -1052,7 +1039,7 @@ impl Bfq {
     /// append it to a queued request of the same queue that it continues.
     fn insert_one(&mut self, cx: &ElvCx<'_>, rq: Rq, at_head: bool, now: u64) {
         let key = cx.key(&rq);
-        if key >= self.slots.len() {
+        if key >= self.sorted.forest().nr_keys() {
             // Keys come from the queue's arrays, sized by `depth_updated`; be safe anyway.
             self.grow(key + 1);
         }
@@ -1061,7 +1048,7 @@ impl Bfq {
             self.unlink(key);
             self.info[key].counted = true;
             self.lists.push_front(DISPATCH, key);
-            self.slots[key] = Some(rq);
+            self.sorted.hold(key, rq);
             return;
         };
         let (sector, end, sectors) = (io.sector(), io.end_sector(), io.sectors());
@@ -1073,7 +1060,7 @@ impl Bfq {
         if at_head && self.info[key].counted {
             // A requeued request goes first, outside any queue's budget.
             self.lists.push_front(DISPATCH, key);
-            self.slots[key] = Some(rq);
+            self.sorted.hold(key, rq);
             return;
         }
         let q = if self.info[key].counted && self.info[key].queue != NO_QUEUE {
@@ -1099,35 +1086,15 @@ impl Bfq {
         self.info[key].sectors = sectors;
         if at_head {
             self.lists.push_front(DISPATCH, key);
-            self.slots[key] = Some(rq);
+            self.sorted.hold(key, rq);
             return;
         }
         // An insert merge: a queued request of the same queue ending where this starts.
         let tree = q as usize;
-        let into = self.ends.find(sector, |k| {
-            self.sorted.tree_of(k) == Some(tree)
-                && self.slots[k]
-                    .as_ref()
-                    .is_some_and(|target| cx.can_append(target, &rq))
-        });
-        let mut rq = rq;
-        if let Some(into) = into {
-            if let Some(mut target) = self.slots[into].take() {
-                match cx.merge_requests(&mut target, rq) {
-                    Ok(()) => {
-                        if let Ok(io) = cx.io(&target) {
-                            self.ends.insert(into, io.end_sector());
-                            self.info[into].sectors = io.sectors();
-                        }
-                        self.slots[into] = Some(target);
-                        self.finish_merged(into, key);
-                        return;
-                    }
-                    Err(back) => rq = back,
-                }
-                self.slots[into] = Some(target);
-            }
-        }
+        let rq = match self.sorted.insert_merge(cx, rq, sector, |_, t| t == tree) {
+            Ok(into) => return self.requests_merged(cx, into, key),
+            Err(rq) => rq,
+        };
         self.add_to_queue(q, key, rq, sector, end, now);
     }
 
@@ -1142,10 +1109,8 @@ impl Bfq {
             queue.update_think_time(now, slice_idle);
         }
         queue.update_seek(sector, sectors, rotational);
-        self.sorted.insert(q as usize, key, sector);
-        self.ends.insert(key, end);
+        self.sorted.hold_sorted(q as usize, key, rq, sector, end);
         self.lists.push_back(Self::fifo(q), key);
-        self.slots[key] = Some(rq);
         self.busy.push_back(q);
         self.idle.remove(q);
         if !self.sched.is_active(self.queues[q as usize].entity) {
@@ -1169,16 +1134,8 @@ impl Bfq {
             self.info[into].fifo_time = fi.fifo_time;
         }
         self.unlink(from);
-        self.slots[from] = None;
+        let _ = self.sorted.take(from);
         self.info[from].counted = false;
-    }
-
-    /// Only a candidate that can take the bio counts.
-    fn fits(&self, cx: &ElvCx<'_>, key: usize, bio: &Bio, kind: MergeKind) -> bool {
-        self.slots[key]
-            .as_ref()
-            .and_then(|rq| cx.io(rq).ok())
-            .is_some_and(|io| cx.limits().merge_kind(io, bio) == Some(kind))
     }
 
     /// Ends a dispatched request's time in the device.
@@ -1207,7 +1164,7 @@ impl Elevator for Bfq {
 
     fn depth_updated(&mut self, nr_requests: usize, nr_keys: usize) {
         self.nr_requests = nr_requests;
-        if nr_keys != self.slots.len() {
+        if nr_keys != self.sorted.forest().nr_keys() {
             self.grow(nr_keys);
         }
     }
@@ -1275,7 +1232,7 @@ impl Elevator for Bfq {
         let now = cx.now_ns();
         self.rotational = cx.limits().rotational;
         let (key, injected) = self.next_dispatch(now)?;
-        let rq = self.slots[key].take()?;
+        let rq = self.sorted.take(key)?;
         let (sector, sectors) = cx.io(&rq).map_or((0, self.info[key].sectors), |io| {
             (io.sector(), io.sectors())
         });
@@ -1295,78 +1252,36 @@ impl Elevator for Bfq {
 
     fn request_merge(&mut self, cx: &ElvCx<'_>, bio: &Bio) -> Option<(usize, MergeKind)> {
         let q = self.find_queue(bio.issuer, bio.is_sync(), bio.prio)? as usize;
-        let back = self.ends.find(bio.sector, |k| {
-            self.sorted.tree_of(k) == Some(q) && self.fits(cx, k, bio, MergeKind::Back)
-        });
-        if let Some(key) = back {
-            return Some((key, MergeKind::Back));
-        }
-        let end = bio.end_sector();
-        let mut at = self.sorted.lower_bound(q, end);
-        while let Some(key) = at {
-            if self.sorted.sector(key) != end {
-                return None;
-            }
-            if self.fits(cx, key, bio, MergeKind::Front) {
-                return Some((key, MergeKind::Front));
-            }
-            at = self.sorted.next(key);
-        }
-        None
+        self.sorted.request_merge(cx, bio, q, true, |_, t| t == q)
     }
 
     fn request(&self, key: usize) -> Option<&Rq> {
-        self.slots.get(key)?.as_ref()
+        self.sorted.request(key)
     }
 
     fn request_mut(&mut self, key: usize) -> Option<&mut Rq> {
-        self.slots.get_mut(key)?.as_mut()
+        self.sorted.request_mut(key)
     }
 
     fn request_merged(&mut self, cx: &ElvCx<'_>, key: usize, kind: MergeKind) {
-        let Some(rq) = self.slots[key].as_ref() else {
-            return;
-        };
-        let Ok(io) = cx.io(rq) else {
-            return;
-        };
-        let (sector, end, sectors) = (io.sector(), io.end_sector(), io.sectors());
-        self.info[key].sectors = sectors;
-        match kind {
-            MergeKind::Front => {
-                if let Some(t) = self.sorted.tree_of(key) {
-                    self.sorted.remove(key);
-                    self.sorted.insert(t, key, sector);
-                }
-            }
-            MergeKind::Back => self.ends.insert(key, end),
+        if let Some(sectors) = self.sorted.request_merged(cx, key, kind) {
+            self.info[key].sectors = sectors;
         }
     }
 
     fn next_request(&mut self, _cx: &ElvCx<'_>, key: usize, kind: MergeKind) -> Option<usize> {
-        if !self.sorted.contains(key) {
-            return None;
-        }
-        match kind {
-            MergeKind::Back => self.sorted.next(key),
-            MergeKind::Front => self.sorted.prev(key),
-        }
+        self.sorted.next_request(key, kind)
     }
 
     fn take_request(&mut self, key: usize) -> Option<Rq> {
         // Out of the sector order, but kept in the FIFO until `requests_merged` has handed
         // its place to the survivor (or the merge fails and it is inserted again).
-        self.sorted.remove(key);
-        self.ends.remove(key);
-        self.slots.get_mut(key)?.take()
+        self.sorted.take_request(key)
     }
 
     fn requests_merged(&mut self, cx: &ElvCx<'_>, into: usize, from: usize) {
-        if let Some(rq) = self.slots[into].as_ref() {
-            if let Ok(io) = cx.io(rq) {
-                self.ends.insert(into, io.end_sector());
-                self.info[into].sectors = io.sectors();
-            }
+        if let Some(sectors) = self.sorted.requests_merged(cx, into) {
+            self.info[into].sectors = sectors;
         }
         self.finish_merged(into, from);
     }
@@ -1390,9 +1305,9 @@ impl Elevator for Bfq {
         if self.info[key].counted {
             self.info[key].counted = false;
             // Ended before dispatch (an error): no trace may stay in the orders.
-            if self.slots[key].is_some() || self.lists.contains(key) {
+            if self.sorted.request(key).is_some() || self.lists.contains(key) {
                 self.unlink(key);
-                self.slots[key] = None;
+                let _ = self.sorted.take(key);
                 let q = self.info[key].queue;
                 if q != NO_QUEUE {
                     self.reaccount(q);

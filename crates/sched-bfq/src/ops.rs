@@ -85,8 +85,8 @@ use alloc::string::String;
 use alloc::vec::Vec;
 
 use arbitrary::Arbitrary;
-use blkmq_core::ops::elv::{self, Harness, Model, STATUSES, Shape, run_model};
-use blkmq_core::{Bio, Elevator, IssuerId, Op as BioOp, Rq, Status};
+use blkmq_core::ops::elv::{self, ElvModel, Harness, Model, Tuned, run_model};
+use blkmq_core::{Bio, Elevator, IoPrio, IssuerId, Op as BioOp, Rq};
 
 pub use blkmq_core::ops::elv::{
     BioSpec, Config as TagsConfig, LimitsSpec, MAX_BIO_SECTORS, MAX_HW_QUEUES, MAX_NR_REQUESTS,
@@ -113,9 +113,6 @@ pub const MAX_ISSUERS: u8 = 4;
 /// The most groups a run makes besides the root (more are refused by the model, not by
 /// BFQ: the op does nothing).
 pub const MAX_GROUPS: usize = 4;
-
-/// Rounds of the final drain after which it counts as stuck.
-const MAX_DRAIN_ROUNDS: usize = 10_000;
 
 const MS: u64 = 1_000_000;
 
@@ -433,21 +430,11 @@ impl Model for Runner {
                 bio,
                 more,
                 at_head,
-            } => self.insert(hctx, issuer, &bio, more, at_head)?,
-            Op::Merge { hctx, issuer, bio } => self.merge(hctx, issuer, &bio)?,
-            Op::Dispatch { hctx, count } => {
-                let hctx = usize::from(hctx) % self.h.hw_queues;
-                for _ in 0..=count % 4 {
-                    self.dispatch(hctx)?;
-                }
-            }
-            Op::Complete { index, status } => {
-                if !self.h.in_flight().is_empty() {
-                    let index = usize::from(index) % self.h.in_flight().len();
-                    self.complete(index, STATUSES[usize::from(status) % STATUSES.len()])?;
-                }
-            }
-            Op::Requeue { index, count } => self.requeue(index, count),
+            } => elv::insert(self, hctx, issuer_of(issuer), &bio, more, at_head)?,
+            Op::Merge { hctx, issuer, bio } => elv::merge(self, hctx, issuer_of(issuer), &bio)?,
+            Op::Dispatch { hctx, count } => elv::dispatch(self, hctx, count)?,
+            Op::Complete { index, status } => elv::complete(self, index, status)?,
+            Op::Requeue { index, count } => elv::requeue(self, index, count),
             Op::Advance { step } => self.h.now += ADVANCE[usize::from(step) % ADVANCE.len()],
             Op::Timer => {
                 if let Some(at) = self.bfq.next_timer() {
@@ -507,45 +494,101 @@ impl Model for Runner {
     /// Dispatches and completes everything, moving the clock to each idle timer, then
     /// checks that nothing is left.
     fn drain(&mut self) -> Result<(), String> {
-        let mut rounds = 0;
-        loop {
-            ensure!(
-                rounds < MAX_DRAIN_ROUNDS,
-                "still not drained after {rounds} rounds (now {}, next_timer {:?}, {} queued)",
-                self.h.now,
-                self.bfq.next_timer(),
-                self.bfq.queued()
-            );
-            rounds += 1;
-            if self.dispatch(0)? {
-                self.h.settle()?;
-                self.check()?;
-                continue;
-            }
-            if !self.h.in_flight().is_empty() {
-                while !self.h.in_flight().is_empty() {
-                    self.complete(0, Status::Ok)?;
-                }
-            } else if self.bfq.queued() == 0 {
-                break;
-            } else if let Some(at) = self.bfq.next_timer() {
-                self.h.now = self.h.now.max(at);
-            }
-            self.h.settle()?;
-            self.check()?;
-        }
-        for hctx in 0..self.h.hw_queues {
-            ensure!(
-                !self.bfq.has_work(hctx),
-                "hardware queue {hctx} has work left"
-            );
-        }
+        elv::drain(self)
+    }
+}
+
+impl ElvModel for Runner {
+    type Elv = Bfq;
+
+    fn parts(&mut self) -> (&mut Harness, &mut Bfq) {
+        (&mut self.h, &mut self.bfq)
+    }
+
+    fn held(&self) -> usize {
+        self.bfq.queued()
+    }
+
+    /// A request of `bio` for `hctx`, allocated and prepared as a request queue does:
+    /// `None` when no scheduler tag is to be had (the bio is then not handed over).
+    fn make_request(&mut self, hctx: usize, bio: Bio, seq: u32) -> Result<Option<Rq>, String> {
+        let shallow = self.bfq.limit_depth(bio.op, bio.flags);
+        let nr = self.h.nr_requests;
+        let min = self.bfq.min_shallow_depth().unwrap_or(1);
+        let most = match (bio.is_sync(), bio.op == BioOp::Read) {
+            (true, true) => None,
+            (true, false) => Some((3 * nr / 4).max(1)),
+            (false, _) => Some((nr / 2).max(1)),
+        };
+        let fine = match (shallow, most) {
+            (None, None) => true,
+            (Some(d), Some(most)) => (min..=most).contains(&d),
+            _ => false,
+        };
         ensure!(
-            self.bfq.queued() == 0,
-            "{} requests held at the end",
-            self.bfq.queued()
+            fine,
+            "limit_depth({:?}, {:?}) = {shallow:?} at nr_requests {nr}: expected at most \
+             {most:?}, at least {min}",
+            bio.op,
+            bio.flags
         );
-        self.h.check_drained()
+        let Some(mut rq) = self.h.alloc_request(hctx, bio, seq, shallow)? else {
+            return Ok(None);
+        };
+        let cx = self.h.cx();
+        self.bfq.prepare_request(&cx, &mut rq);
+        Ok(Some(rq))
+    }
+
+    /// Requests (their bios) inserted at the head by one call, in the order handed in: they
+    /// go before those there, in this order.
+    fn went_in_at_head(&mut self, batch: Vec<(IoPrio, Vec<u32>)>) {
+        for (_, bios) in batch.into_iter().rev() {
+            self.heads.push_front(bios);
+        }
+    }
+
+    /// One dispatch, checked; false when the scheduler gave nothing.
+    fn dispatch(&mut self, hctx: usize) -> Result<bool, String> {
+        let cx = self.h.cx();
+        let Some(rq) = self.bfq.dispatch_request(&cx, hctx) else {
+            if self.h.any_queued() && self.h.in_flight().is_empty() {
+                let timer = self.bfq.next_timer();
+                ensure!(
+                    timer.is_some_and(|t| t >= self.h.now),
+                    "nothing dispatched at {} with requests queued, none in flight, and \
+                     next_timer {timer:?}",
+                    self.h.now
+                );
+            }
+            return Ok(false);
+        };
+        let f = self.h.dispatched(rq)?;
+        let (ids, issuer, sync, sectors) = (f.bios.clone(), f.issuer, f.sync, f.sectors);
+        for id in &ids {
+            let rec = &self.h.records()[id];
+            ensure!(
+                sync_of(rec) == sync && (!sync || rec.issuer == issuer),
+                "bio {id} ({rec:?}) in a request of {issuer:?} (sync: {sync}), bios {ids:?}"
+            );
+        }
+        if let Some(want) = self.heads.pop_front() {
+            ensure!(
+                want == ids,
+                "requests inserted at the head, the first with bios {want:?}; {ids:?} came \
+                 out (at the head: {:?})",
+                self.heads
+            );
+        } else if sync {
+            let m = self.issuers.entry(issuer).or_default();
+            m.dispatched += 1;
+            m.sectors += sectors;
+        }
+        Ok(true)
+    }
+
+    fn check(&mut self) -> Result<(), String> {
+        Runner::check(self)
     }
 }
 
@@ -589,165 +632,6 @@ impl Runner {
             .tags
             .set_min_shallow_depth(min.unwrap_or(1))
             .map_err(|e| format!("min_shallow_depth {min:?} at nr_requests {nr}: {e:?}"))
-    }
-
-    /// A request of `bio` for `hctx`, allocated and prepared as a request queue does:
-    /// `None` when no scheduler tag is to be had (the bio is then not handed over).
-    fn make_request(&mut self, hctx: usize, bio: Bio, seq: u32) -> Result<Option<Rq>, String> {
-        let shallow = self.bfq.limit_depth(bio.op, bio.flags);
-        let nr = self.h.nr_requests;
-        let min = self.bfq.min_shallow_depth().unwrap_or(1);
-        let most = match (bio.is_sync(), bio.op == BioOp::Read) {
-            (true, true) => None,
-            (true, false) => Some((3 * nr / 4).max(1)),
-            (false, _) => Some((nr / 2).max(1)),
-        };
-        let fine = match (shallow, most) {
-            (None, None) => true,
-            (Some(d), Some(most)) => (min..=most).contains(&d),
-            _ => false,
-        };
-        ensure!(
-            fine,
-            "limit_depth({:?}, {:?}) = {shallow:?} at nr_requests {nr}: expected at most \
-             {most:?}, at least {min}",
-            bio.op,
-            bio.flags
-        );
-        let Some(mut rq) = self.h.alloc_request(hctx, bio, seq, shallow)? else {
-            return Ok(None);
-        };
-        let cx = self.h.cx();
-        self.bfq.prepare_request(&cx, &mut rq);
-        Ok(Some(rq))
-    }
-
-    // ----- ops -----
-
-    fn insert(
-        &mut self,
-        hctx: u8,
-        issuer: u8,
-        spec: &BioSpec,
-        more: u8,
-        at_head: bool,
-    ) -> Result<(), String> {
-        let hctx = usize::from(hctx) % self.h.hw_queues;
-        let mut shape = self.h.shape(spec, issuer_of(issuer));
-        let mut rqs = Vec::new();
-        let mut made = Vec::new();
-        for _ in 0..=more % 4 {
-            let (bio, seq) = self.h.make_bio(shape);
-            let Some(rq) = self.make_request(hctx, bio, seq)? else {
-                break;
-            };
-            made.push(alloc::vec![seq]);
-            rqs.push(rq);
-            shape = self.h.fit(Shape {
-                sector: shape.sector + u64::from(shape.sectors),
-                sectors: 1 + u32::from(spec.sectors) % MAX_BIO_SECTORS,
-                ..shape
-            });
-        }
-        if at_head {
-            self.went_in_at_head(made);
-        }
-        if !rqs.is_empty() {
-            let cx = self.h.cx();
-            self.bfq.insert_requests(&cx, &mut rqs.into_iter(), at_head);
-        }
-        Ok(())
-    }
-
-    /// Requests (their bios) inserted at the head by one call, in the order handed in: they
-    /// go before those there, in this order.
-    fn went_in_at_head(&mut self, batch: Vec<Vec<u32>>) {
-        for bios in batch.into_iter().rev() {
-            self.heads.push_front(bios);
-        }
-    }
-
-    fn merge(&mut self, hctx: u8, issuer: u8, spec: &BioSpec) -> Result<(), String> {
-        let hctx = usize::from(hctx) % self.h.hw_queues;
-        let shape = self.h.shape(spec, issuer_of(issuer));
-        let (bio, seq) = self.h.make_bio(shape);
-        // Recorded first: a bug that ends it at once must find it known.
-        self.h.hand_over(seq, &bio);
-        let cx = self.h.cx();
-        if let Err(back) = self.bfq.bio_merge(&cx, bio) {
-            self.h.take_back(seq, &bio, &back)?;
-            if let Some(rq) = self.make_request(hctx, back, seq)? {
-                let cx = self.h.cx();
-                self.bfq
-                    .insert_requests(&cx, &mut core::iter::once(rq), false);
-            }
-        }
-        Ok(())
-    }
-
-    /// One dispatch, checked; false when the scheduler gave nothing.
-    fn dispatch(&mut self, hctx: usize) -> Result<bool, String> {
-        let cx = self.h.cx();
-        let Some(rq) = self.bfq.dispatch_request(&cx, hctx) else {
-            if self.h.any_queued() && self.h.in_flight().is_empty() {
-                let timer = self.bfq.next_timer();
-                ensure!(
-                    timer.is_some_and(|t| t >= self.h.now),
-                    "nothing dispatched at {} with requests queued, none in flight, and \
-                     next_timer {timer:?}",
-                    self.h.now
-                );
-            }
-            return Ok(false);
-        };
-        let f = self.h.dispatched(rq)?;
-        let (ids, issuer, sync, sectors) = (f.bios.clone(), f.issuer, f.sync, f.sectors);
-        for id in &ids {
-            let rec = &self.h.records()[id];
-            ensure!(
-                sync_of(rec) == sync && (!sync || rec.issuer == issuer),
-                "bio {id} ({rec:?}) in a request of {issuer:?} (sync: {sync}), bios {ids:?}"
-            );
-        }
-        if let Some(want) = self.heads.pop_front() {
-            ensure!(
-                want == ids,
-                "requests inserted at the head, the first with bios {want:?}; {ids:?} came \
-                 out (at the head: {:?})",
-                self.heads
-            );
-        } else if sync {
-            let m = self.issuers.entry(issuer).or_default();
-            m.dispatched += 1;
-            m.sectors += sectors;
-        }
-        Ok(true)
-    }
-
-    fn complete(&mut self, index: usize, status: Status) -> Result<(), String> {
-        let f = self.h.take(index);
-        let cx = self.h.cx();
-        self.bfq.completed_request(&cx, &f.rq);
-        self.bfq.finish_request(&cx, &f.rq);
-        self.h.finish(f, status)
-    }
-
-    fn requeue(&mut self, index: u8, count: u8) {
-        let batch = self.h.requeue(index, count);
-        if batch.is_empty() {
-            return;
-        }
-        let cx = self.h.cx();
-        let mut rqs = Vec::with_capacity(batch.len());
-        let mut requeued = Vec::with_capacity(batch.len());
-        for f in batch {
-            self.bfq.requeue_request(&cx, &f.rq);
-            requeued.push(f.bios);
-            rqs.push(f.rq);
-        }
-        self.went_in_at_head(requeued);
-        let cx = self.h.cx();
-        self.bfq.insert_requests(&cx, &mut rqs.into_iter(), true);
     }
 
     fn tune(&mut self, tunable: Tunable, value: u32, all: bool) -> Result<(), String> {
@@ -841,28 +725,18 @@ impl Runner {
                 }
             }
         };
-        let now = *self.bfq.tunables();
-        match (result, valid) {
-            (Ok(()), true) => {
-                ensure!(
-                    now == want,
-                    "{name} = {raw} accepted: tunables {now:?}, expected {want:?}"
-                );
-                self.tunables = want;
-            }
-            (Err(e), false) => {
-                let expected = TunableError { name, value: raw };
-                ensure!(
-                    e == expected,
-                    "{name} = {raw} refused as {e:?}, expected {expected:?}"
-                );
-                ensure!(
-                    now == before,
-                    "{name} = {raw} refused, yet tunables went from {before:?} to {now:?}"
-                );
-            }
-            (Ok(()), false) => return Err(format!("{name} = {raw} accepted, out of range")),
-            (Err(e), true) => return Err(format!("{name} = {raw} refused ({e}), in range")),
+        let accepted = result.is_ok();
+        let tuned = Tuned {
+            name,
+            value: raw,
+            valid,
+            before: &before,
+            want: &want,
+        };
+        let refused_as = TunableError { name, value: raw };
+        tuned.check(self.bfq.tunables(), result, refused_as)?;
+        if accepted {
+            self.tunables = want;
         }
         Ok(())
     }
@@ -942,14 +816,8 @@ impl Runner {
 
     /// The work, the counters and the tags against the model.
     fn check(&mut self) -> Result<(), String> {
+        elv::check_has_work(&self.h, &self.bfq)?;
         let queued = self.h.any_queued();
-        for hctx in 0..self.h.hw_queues {
-            ensure!(
-                self.bfq.has_work(hctx) == queued,
-                "has_work({hctx}) = {}, a bio queued: {queued}",
-                self.bfq.has_work(hctx)
-            );
-        }
         let held = self.bfq.queued();
         ensure!(
             (held > 0) == queued,

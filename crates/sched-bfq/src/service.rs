@@ -197,12 +197,12 @@ impl Bfq {
     pub(crate) fn next_rq(&self, q: u32) -> Option<usize> {
         let t = q as usize;
         let pos = self.last_position;
-        let ahead = self.sorted.lower_bound(t, pos);
+        let ahead = self.sorted.forest().lower_bound(t, pos);
         let behind = match ahead {
-            Some(k) => self.sorted.prev(k),
-            None => self.sorted.last(t),
+            Some(k) => self.sorted.forest().prev(k),
+            None => self.sorted.forest().last(t),
         };
-        let forward = ahead.or_else(|| self.sorted.first(t));
+        let forward = ahead.or_else(|| self.sorted.forest().first(t));
         self.choose(forward, behind, pos)
     }
 
@@ -224,7 +224,10 @@ impl Bfq {
                 None
             }
         };
-        let (sa, sb) = (self.sorted.sector(a), self.sorted.sector(b));
+        let (sa, sb) = (
+            self.sorted.forest().sector(a),
+            self.sorted.forest().sector(b),
+        );
         let pick_a = match (cost(sa), cost(sb)) {
             (Some(ca), Some(cb)) => ca < cb || (ca == cb && sa >= sb),
             (Some(_), None) => true,
@@ -356,7 +359,7 @@ impl Bfq {
         injected: bool,
         now: u64,
     ) {
-        let requeued = !self.sorted.contains(key) && !self.lists.contains(key);
+        let requeued = !self.sorted.forest().contains(key) && !self.lists.contains(key);
         self.unlink(key);
         let q = self.info[key].queue;
         let in_flight_before = self.in_flight;

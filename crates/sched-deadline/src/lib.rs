@@ -66,7 +66,7 @@ pub mod ops;
 use alloc::vec::Vec;
 use core::fmt;
 
-use blkmq_core::sched_index::{EndHash, KeyLists, SectorForest};
+use blkmq_core::sched_index::{KeyLists, SortedRequests};
 use blkmq_core::{Bio, BioFlags, Elevator, ElvCx, IoPrioClass, MergeKind, Op, Rq};
 
 const READ: usize = 0;
@@ -187,11 +187,10 @@ struct KeyInfo {
 pub struct Deadline {
     tunables: Tunables,
     nr_requests: usize,
-    slots: Vec<Option<Rq>>,
+    /// The requests held, by key: sorted in a tree per class and direction.
+    sorted: SortedRequests,
     info: Vec<KeyInfo>,
-    sorted: SectorForest,
     lists: KeyLists,
-    ends: EndHash,
     /// Where the last dispatch of each class and direction ended.
     latest_pos: [[u64; 2]; NR_CLASSES],
     last_dir: usize,
@@ -230,11 +229,9 @@ impl Deadline {
         Self {
             tunables,
             nr_requests: 0,
-            slots: Vec::new(),
+            sorted: SortedRequests::new(NR_CLASSES * 2, 0),
             info: Vec::new(),
-            sorted: SectorForest::new(NR_CLASSES * 2, 0),
             lists: KeyLists::new(DISPATCH + NR_CLASSES, 0),
-            ends: EndHash::new(0),
             latest_pos: [[0; 2]; NR_CLASSES],
             last_dir: READ,
             batching: 0,
@@ -356,9 +353,8 @@ impl Deadline {
 
     /// Takes `key` out of the sorted tree, the FIFO or dispatch list and the end hash.
     fn unlink(&mut self, key: usize) {
-        self.sorted.remove(key);
+        self.sorted.unlink(key);
         self.lists.remove(key);
-        self.ends.remove(key);
     }
 
     /// Queues `rq` in sector order and FIFO order (or at the head of its class's dispatch
@@ -374,7 +370,7 @@ impl Deadline {
         let (class, dir) = (class_index(io.prio().class()), dir_of(io.op()));
         let (sector, end) = (io.sector(), io.end_sector());
         let now = cx.now_ns();
-        if key >= self.slots.len() {
+        if key >= self.sorted.forest().nr_keys() {
             // Keys come from the queue's arrays, sized by `depth_updated`; be safe anyway.
             self.grow(key + 1);
         }
@@ -386,50 +382,26 @@ impl Deadline {
             return;
         }
         // An insert merge: a queued request ending where this one starts takes it.
+        let info = &self.info;
+        let same = |k: usize, _| info[k].class as usize == class && info[k].dir as usize == dir;
+        let rq = match self.sorted.insert_merge(cx, rq, sector, same) {
+            Ok(into) => return self.requests_merged(cx, into, key),
+            Err(rq) => rq,
+        };
         let t = Self::tree(class, dir);
-        let into = self.ends.find(sector, |k| {
-            let fits = self.slots[k]
-                .as_ref()
-                .is_some_and(|target| cx.can_append(target, &rq));
-            self.sorted.contains(k)
-                && self.info[k].class as usize == class
-                && self.info[k].dir as usize == dir
-                && fits
-        });
-        let mut rq = rq;
-        if let Some(into) = into {
-            if let Some(mut target) = self.slots[into].take() {
-                if cx.can_append(&target, &rq) {
-                    let from_key = key;
-                    match cx.merge_requests(&mut target, rq) {
-                        Ok(()) => {
-                            let new_end = cx.io(&target).map_or(end, |io| io.end_sector());
-                            self.slots[into] = Some(target);
-                            self.ends.insert(into, new_end);
-                            self.finish_merged(into, from_key);
-                            return;
-                        }
-                        Err(back) => rq = back,
-                    }
-                }
-                self.slots[into] = Some(target);
-            }
-        }
-        self.sorted.insert(t, key, sector);
-        self.ends.insert(key, end);
+        self.sorted.hold_sorted(t, key, rq, sector, end);
         self.lists.push_back(t, key);
-        self.slots[key] = Some(rq);
     }
 
     /// Holds `rq` at the head of its class's dispatch list.
     fn keep(&mut self, key: usize, rq: Rq, class: usize, dir: usize, now: u64) {
-        if key >= self.slots.len() {
+        if key >= self.sorted.forest().nr_keys() {
             self.grow(key + 1);
         }
         self.count_in(key, class, dir, now, now);
         let class = self.info[key].class as usize;
         self.lists.push_front(DISPATCH + class, key);
-        self.slots[key] = Some(rq);
+        self.sorted.hold(key, rq);
     }
 
     /// Records `key`'s first insertion (a requeued or re-inserted request keeps what it
@@ -462,7 +434,7 @@ impl Deadline {
             self.info[into].fifo_time = fi.fifo_time;
         }
         self.unlink(from);
-        self.slots[from] = None;
+        let _ = self.sorted.take(from);
         let class = ii.class as usize;
         self.stats[class].merged += 1;
         if fi.counted {
@@ -472,20 +444,12 @@ impl Deadline {
     }
 
     fn grow(&mut self, nr_keys: usize) {
-        let nr_keys = nr_keys.max(self.slots.len());
-        let mut slots = Vec::with_capacity(nr_keys);
-        slots.append(&mut self.slots);
-        slots.resize_with(nr_keys, || None);
-        self.slots = slots;
+        self.sorted.resize(NR_CLASSES * 2, nr_keys);
+        let nr_keys = self.sorted.forest().nr_keys();
         self.info.resize(nr_keys, KeyInfo::default());
-        self.sorted = SectorForest::new(NR_CLASSES * 2, nr_keys);
         self.lists = KeyLists::new(DISPATCH + NR_CLASSES, nr_keys);
-        self.ends = EndHash::new(nr_keys);
         // Held requests (none, when the queue resizes us frozen) are re-queued in order.
-        let held: Vec<usize> = (0..self.slots.len())
-            .filter(|&k| self.slots[k].is_some())
-            .collect();
-        for key in held {
+        for key in self.sorted.held_keys() {
             let class = self.info[key].class as usize;
             self.lists.push_back(DISPATCH + class, key);
         }
@@ -494,6 +458,7 @@ impl Deadline {
     /// The next request of `class` in `dir` by sector from where the last one ended.
     fn next_by_sector(&self, class: usize, dir: usize) -> Option<usize> {
         self.sorted
+            .forest()
             .lower_bound(Self::tree(class, dir), self.latest_pos[class][dir])
     }
 
@@ -581,7 +546,7 @@ impl Elevator for Deadline {
     fn depth_updated(&mut self, nr_requests: usize, nr_keys: usize) {
         self.nr_requests = nr_requests;
         self.tunables.async_depth = (3 * nr_requests / 4).max(1);
-        if nr_keys != self.slots.len() {
+        if nr_keys != self.sorted.forest().nr_keys() {
             self.grow(nr_keys);
         }
     }
@@ -631,7 +596,7 @@ impl Elevator for Deadline {
             }
             found
         })?;
-        let rq = self.slots[key].take()?;
+        let rq = self.sorted.take(key)?;
         let info = &mut self.info[key];
         let class = info.class as usize;
         let dir = info.dir as usize;
@@ -648,96 +613,39 @@ impl Elevator for Deadline {
 
     fn request_merge(&mut self, cx: &ElvCx<'_>, bio: &Bio) -> Option<(usize, MergeKind)> {
         let (class, dir) = (class_index(bio.prio.class()), dir_of(bio.op));
-        // Only a candidate that can take the bio counts: an unmergeable one ending (or
-        // starting) at the same sector must not hide another that can.
-        let fits = |key: usize, kind: MergeKind| {
-            self.slots[key]
-                .as_ref()
-                .and_then(|rq| cx.io(rq).ok())
-                .is_some_and(|io| cx.limits().merge_kind(io, bio) == Some(kind))
-        };
-        let back = self.ends.find(bio.sector, |k| {
-            self.sorted.contains(k)
-                && self.info[k].class as usize == class
-                && self.info[k].dir as usize == dir
-                && fits(k, MergeKind::Back)
-        });
-        if let Some(key) = back {
-            return Some((key, MergeKind::Back));
-        }
-        if !self.tunables.front_merges {
-            return None;
-        }
-        let end = bio.end_sector();
+        let info = &self.info;
+        let same = |k: usize, _| info[k].class as usize == class && info[k].dir as usize == dir;
         let t = Self::tree(class, dir);
-        let mut at = self.sorted.lower_bound(t, end);
-        while let Some(key) = at {
-            if self.sorted.sector(key) != end {
-                return None;
-            }
-            if fits(key, MergeKind::Front) {
-                return Some((key, MergeKind::Front));
-            }
-            at = self.sorted.next(key);
-        }
-        None
+        self.sorted
+            .request_merge(cx, bio, t, self.tunables.front_merges, same)
     }
 
     fn request(&self, key: usize) -> Option<&Rq> {
-        self.slots.get(key)?.as_ref()
+        self.sorted.request(key)
     }
 
     fn request_mut(&mut self, key: usize) -> Option<&mut Rq> {
-        self.slots.get_mut(key)?.as_mut()
+        self.sorted.request_mut(key)
     }
 
     fn request_merged(&mut self, cx: &ElvCx<'_>, key: usize, kind: MergeKind) {
-        let Some(rq) = self.slots[key].as_ref() else {
-            return;
-        };
-        let Ok(io) = cx.io(rq) else {
-            return;
-        };
-        let (sector, end) = (io.sector(), io.end_sector());
-        let info = self.info[key];
-        match kind {
-            MergeKind::Front => {
-                self.sorted.remove(key);
-                self.sorted.insert(
-                    Self::tree(info.class as usize, info.dir as usize),
-                    key,
-                    sector,
-                );
-            }
-            MergeKind::Back => self.ends.insert(key, end),
+        if self.sorted.request_merged(cx, key, kind).is_some() {
+            self.stats[self.info[key].class as usize].merged += 1;
         }
-        self.stats[info.class as usize].merged += 1;
     }
 
     fn next_request(&mut self, _cx: &ElvCx<'_>, key: usize, kind: MergeKind) -> Option<usize> {
-        if !self.sorted.contains(key) {
-            return None;
-        }
-        match kind {
-            MergeKind::Back => self.sorted.next(key),
-            MergeKind::Front => self.sorted.prev(key),
-        }
+        self.sorted.next_request(key, kind)
     }
 
     fn take_request(&mut self, key: usize) -> Option<Rq> {
         // Out of the sector order, but kept in the FIFO until `requests_merged` has
         // handed its place to the survivor (or the merge fails and it is inserted again).
-        self.sorted.remove(key);
-        self.ends.remove(key);
-        self.slots.get_mut(key)?.take()
+        self.sorted.take_request(key)
     }
 
     fn requests_merged(&mut self, cx: &ElvCx<'_>, into: usize, from: usize) {
-        if let Some(rq) = self.slots[into].as_ref() {
-            if let Ok(io) = cx.io(rq) {
-                self.ends.insert(into, io.end_sector());
-            }
-        }
+        self.sorted.requests_merged(cx, into);
         self.finish_merged(into, from);
     }
 

@@ -75,8 +75,8 @@ use alloc::string::String;
 use alloc::vec::Vec;
 
 use arbitrary::Arbitrary;
-use blkmq_core::ops::elv::{self, BioState, Harness, Model, STATUSES, Shape, run_model};
-use blkmq_core::{Elevator, IoPrio, IoPrioClass, IssuerId, Op as BioOp, Status};
+use blkmq_core::ops::elv::{self, BioState, ElvModel, Harness, Model, Tuned, run_model};
+use blkmq_core::{Bio, Elevator, IoPrio, IoPrioClass, IssuerId, Op as BioOp, Rq};
 
 pub use blkmq_core::ops::elv::{
     BioSpec, Config, LimitsSpec, MAX_BIO_SECTORS, MAX_HW_QUEUES, MAX_NR_REQUESTS, Place, SPAN,
@@ -92,9 +92,6 @@ macro_rules! ensure {
         }
     };
 }
-
-/// Rounds of the final drain after which it counts as stuck.
-const MAX_DRAIN_ROUNDS: usize = 10_000;
 
 const MS: u64 = 1_000_000;
 
@@ -345,27 +342,18 @@ impl Model for Runner {
     type Op = Op;
 
     fn step(&mut self, op: &Op) -> Result<(), String> {
+        let issuer = IssuerId::default();
         match *op {
             Op::Insert {
                 hctx,
                 bio,
                 more,
                 at_head,
-            } => self.insert(hctx, &bio, more, at_head)?,
-            Op::Merge { hctx, bio } => self.merge(hctx, &bio)?,
-            Op::Dispatch { hctx, count } => {
-                let hctx = usize::from(hctx) % self.h.hw_queues;
-                for _ in 0..=count % 4 {
-                    self.dispatch(hctx)?;
-                }
-            }
-            Op::Complete { index, status } => {
-                if !self.h.in_flight().is_empty() {
-                    let index = usize::from(index) % self.h.in_flight().len();
-                    self.complete(index, STATUSES[usize::from(status) % STATUSES.len()])?;
-                }
-            }
-            Op::Requeue { index, count } => self.requeue(index, count),
+            } => elv::insert(self, hctx, issuer, &bio, more, at_head)?,
+            Op::Merge { hctx, bio } => elv::merge(self, hctx, issuer, &bio)?,
+            Op::Dispatch { hctx, count } => elv::dispatch(self, hctx, count)?,
+            Op::Complete { index, status } => elv::complete(self, index, status)?,
+            Op::Requeue { index, count } => elv::requeue(self, index, count),
             Op::Advance { step } => self.h.now += ADVANCE[usize::from(step) % ADVANCE.len()],
             Op::Tune { tunable, value } => self.tune(tunable, value)?,
             Op::Depth { nr } => self.depth(nr)?,
@@ -376,39 +364,96 @@ impl Model for Runner {
 
     /// Dispatches and completes everything, then checks that nothing is left.
     fn drain(&mut self) -> Result<(), String> {
-        let mut rounds = 0;
-        loop {
-            ensure!(
-                rounds < MAX_DRAIN_ROUNDS,
-                "still not drained after {rounds} rounds"
-            );
-            rounds += 1;
-            if self.dispatch(0)? {
-                self.h.settle()?;
-                self.check()?;
-                continue;
-            }
-            if self.h.in_flight().is_empty() {
-                break;
-            }
-            while !self.h.in_flight().is_empty() {
-                self.complete(0, Status::Ok)?;
-            }
-            self.h.settle()?;
-            self.check()?;
-        }
-        for hctx in 0..self.h.hw_queues {
-            ensure!(
-                !self.dd.has_work(hctx),
-                "hardware queue {hctx} has work left"
-            );
-        }
+        elv::drain(self)
+    }
+}
+
+impl ElvModel for Runner {
+    type Elv = Deadline;
+
+    fn parts(&mut self) -> (&mut Harness, &mut Deadline) {
+        (&mut self.h, &mut self.dd)
+    }
+
+    fn held(&self) -> usize {
+        self.dd.queued()
+    }
+
+    /// A request of `bio` for `hctx`, allocated as a request queue does: `None` when no
+    /// scheduler tag is to be had (the bio is then not handed over).
+    fn make_request(&mut self, hctx: usize, bio: Bio, seq: u32) -> Result<Option<Rq>, String> {
+        let shallow = self.dd.limit_depth(bio.op, bio.flags);
+        let want = (bio.op != BioOp::Read).then_some(self.dd.tunables().async_depth);
         ensure!(
-            self.dd.queued() == 0,
-            "{} requests held at the end",
-            self.dd.queued()
+            shallow == want,
+            "limit_depth({:?}) = {shallow:?}, expected {want:?}",
+            bio.op
         );
-        self.h.check_drained()?;
+        let Some(mut rq) = self.h.alloc_request(hctx, bio, seq, shallow)? else {
+            return Ok(None);
+        };
+        self.counts[class_of(bio.prio)].inserted += 1;
+        let cx = self.h.cx();
+        self.dd.prepare_request(&cx, &mut rq);
+        Ok(Some(rq))
+    }
+
+    /// Requests (priority, bios) inserted at the head by one call, in the order handed in:
+    /// in each class they go before those there, in this order.
+    fn went_in_at_head(&mut self, batch: Vec<(IoPrio, Vec<u32>)>) {
+        for (prio, bios) in batch.into_iter().rev() {
+            self.heads[class_of(prio)].push_front(bios);
+        }
+    }
+
+    fn bio_merged(&mut self, bio: &Bio) {
+        self.counts[class_of(bio.prio)].bio_merges += 1;
+    }
+
+    /// One dispatch, checked; false when the scheduler gave nothing.
+    fn dispatch(&mut self, hctx: usize) -> Result<bool, String> {
+        let cx = self.h.cx();
+        let Some(rq) = self.dd.dispatch_request(&cx, hctx) else {
+            if let Some(top) = (0..CLASSES.len()).find(|&c| self.queued_in(c)) {
+                ensure!(
+                    (0..top).any(|c| self.busy(c)),
+                    "nothing dispatched with class {top} queued and no class above it busy"
+                );
+            }
+            return Ok(false);
+        };
+        let f = self.h.dispatched(rq)?;
+        let (class, ids, oldest) = (class_of(f.prio), f.bios.clone(), f.oldest);
+        if let Some(want) = self.heads[class].pop_front() {
+            ensure!(
+                want == ids,
+                "class {class} has requests inserted at the head, the first with bios {want:?}; \
+                 {ids:?} came out (at the head: {:?})",
+                self.heads[class]
+            );
+        }
+        let aging = self.dd.tunables().prio_aging_expire_ns;
+        for higher in 0..class {
+            ensure!(
+                !self.busy(higher) || oldest.saturating_add(aging) <= self.h.now,
+                "class {class} dispatched at {} (waiting since {oldest}) while class {higher} \
+                 is busy, prio_aging_expire {aging}",
+                self.h.now
+            );
+        }
+        self.counts[class].dispatched += 1;
+        Ok(true)
+    }
+
+    fn check(&mut self) -> Result<(), String> {
+        Runner::check(self)
+    }
+
+    fn completed(&mut self, prio: IoPrio) {
+        self.counts[class_of(prio)].completed += 1;
+    }
+
+    fn drained(&mut self) -> Result<(), String> {
         for (c, &class) in CLASSES.iter().enumerate() {
             let s = self.dd.stats(class);
             ensure!(
@@ -453,92 +498,6 @@ impl Runner {
         Ok(runner)
     }
 
-    /// A request of `bio` for `hctx`, allocated as a request queue does: `None` when no
-    /// scheduler tag is to be had (the bio is then not handed over).
-    fn make_request(
-        &mut self,
-        hctx: usize,
-        bio: blkmq_core::Bio,
-        seq: u32,
-    ) -> Result<Option<blkmq_core::Rq>, String> {
-        let shallow = self.dd.limit_depth(bio.op, bio.flags);
-        let want = (bio.op != BioOp::Read).then_some(self.dd.tunables().async_depth);
-        ensure!(
-            shallow == want,
-            "limit_depth({:?}) = {shallow:?}, expected {want:?}",
-            bio.op
-        );
-        let Some(mut rq) = self.h.alloc_request(hctx, bio, seq, shallow)? else {
-            return Ok(None);
-        };
-        self.counts[class_of(bio.prio)].inserted += 1;
-        let cx = self.h.cx();
-        self.dd.prepare_request(&cx, &mut rq);
-        Ok(Some(rq))
-    }
-
-    // ----- ops -----
-
-    fn insert(&mut self, hctx: u8, spec: &BioSpec, more: u8, at_head: bool) -> Result<(), String> {
-        let hctx = usize::from(hctx) % self.h.hw_queues;
-        let mut shape = self.h.shape(spec, IssuerId::default());
-        let mut rqs = Vec::new();
-        let mut made = Vec::new();
-        for _ in 0..=more % 4 {
-            let (bio, seq) = self.h.make_bio(shape);
-            let Some(rq) = self.make_request(hctx, bio, seq)? else {
-                break;
-            };
-            made.push((class_of(bio.prio), alloc::vec![seq]));
-            rqs.push(rq);
-            shape = self.h.fit(Shape {
-                sector: shape.sector + u64::from(shape.sectors),
-                sectors: 1 + u32::from(spec.sectors) % MAX_BIO_SECTORS,
-                ..shape
-            });
-        }
-        if at_head {
-            self.went_in_at_head(made);
-        }
-        if !rqs.is_empty() {
-            let cx = self.h.cx();
-            self.dd.insert_requests(&cx, &mut rqs.into_iter(), at_head);
-        }
-        Ok(())
-    }
-
-    /// Requests (class, bios) inserted at the head by one call, in the order handed in: in
-    /// each class they go before those there, in this order.
-    fn went_in_at_head(&mut self, batch: Vec<(usize, Vec<u32>)>) {
-        for (class, bios) in batch.into_iter().rev() {
-            self.heads[class].push_front(bios);
-        }
-    }
-
-    fn merge(&mut self, hctx: u8, spec: &BioSpec) -> Result<(), String> {
-        let hctx = usize::from(hctx) % self.h.hw_queues;
-        let shape = self.h.shape(spec, IssuerId::default());
-        let (bio, seq) = self.h.make_bio(shape);
-        // Recorded first: a bug that ends it at once must find it known.
-        self.h.hand_over(seq, &bio);
-        let cx = self.h.cx();
-        match self.dd.bio_merge(&cx, bio) {
-            Ok(()) => {
-                self.counts[class_of(bio.prio)].bio_merges += 1;
-                Ok(())
-            }
-            Err(back) => {
-                self.h.take_back(seq, &bio, &back)?;
-                if let Some(rq) = self.make_request(hctx, back, seq)? {
-                    let cx = self.h.cx();
-                    self.dd
-                        .insert_requests(&cx, &mut core::iter::once(rq), false);
-                }
-                Ok(())
-            }
-        }
-    }
-
     fn busy(&self, class: usize) -> bool {
         self.h
             .records()
@@ -551,70 +510,6 @@ impl Runner {
             .records()
             .values()
             .any(|r| class_of(r.prio) == class && r.state == BioState::Queued)
-    }
-
-    /// One dispatch, checked; false when the scheduler gave nothing.
-    fn dispatch(&mut self, hctx: usize) -> Result<bool, String> {
-        let cx = self.h.cx();
-        let Some(rq) = self.dd.dispatch_request(&cx, hctx) else {
-            if let Some(top) = (0..CLASSES.len()).find(|&c| self.queued_in(c)) {
-                ensure!(
-                    (0..top).any(|c| self.busy(c)),
-                    "nothing dispatched with class {top} queued and no class above it busy"
-                );
-            }
-            return Ok(false);
-        };
-        let f = self.h.dispatched(rq)?;
-        let (class, ids, oldest) = (class_of(f.prio), f.bios.clone(), f.oldest);
-        if let Some(want) = self.heads[class].pop_front() {
-            ensure!(
-                want == ids,
-                "class {class} has requests inserted at the head, the first with bios {want:?}; \
-                 {ids:?} came out (at the head: {:?})",
-                self.heads[class]
-            );
-        }
-        let aging = self.dd.tunables().prio_aging_expire_ns;
-        for higher in 0..class {
-            ensure!(
-                !self.busy(higher) || oldest.saturating_add(aging) <= self.h.now,
-                "class {class} dispatched at {} (waiting since {oldest}) while class {higher} \
-                 is busy, prio_aging_expire {aging}",
-                self.h.now
-            );
-        }
-        self.counts[class].dispatched += 1;
-        Ok(true)
-    }
-
-    fn complete(&mut self, index: usize, status: Status) -> Result<(), String> {
-        let f = self.h.take(index);
-        let cx = self.h.cx();
-        self.dd.completed_request(&cx, &f.rq);
-        self.dd.finish_request(&cx, &f.rq);
-        let class = class_of(f.prio);
-        self.h.finish(f, status)?;
-        self.counts[class].completed += 1;
-        Ok(())
-    }
-
-    fn requeue(&mut self, index: u8, count: u8) {
-        let batch = self.h.requeue(index, count);
-        if batch.is_empty() {
-            return;
-        }
-        let cx = self.h.cx();
-        let mut rqs = Vec::with_capacity(batch.len());
-        let mut requeued = Vec::with_capacity(batch.len());
-        for f in batch {
-            self.dd.requeue_request(&cx, &f.rq);
-            requeued.push((class_of(f.prio), f.bios));
-            rqs.push(f.rq);
-        }
-        self.went_in_at_head(requeued);
-        let cx = self.h.cx();
-        self.dd.insert_requests(&cx, &mut rqs.into_iter(), true);
     }
 
     fn tune(&mut self, tunable: Tunable, value: u32) -> Result<(), String> {
@@ -668,28 +563,17 @@ impl Runner {
                 (Ok(()), "front_merges", u64::from(on), true)
             }
         };
-        let now = *self.dd.tunables();
-        match (result, valid) {
-            (Ok(()), true) => ensure!(
-                now == want,
-                "{name} = {raw} accepted: tunables {now:?}, expected {want:?}"
-            ),
-            (Err(e), false) => {
-                let expected = TunableError { name, value: raw };
-                ensure!(
-                    e == expected,
-                    "{name} = {raw} refused as {e:?}, expected {expected:?}"
-                );
-                ensure!(
-                    now == before,
-                    "{name} = {raw} refused, yet tunables went from {before:?} to {now:?}"
-                );
-            }
-            (Ok(()), false) => return Err(format!("{name} = {raw} accepted, out of range")),
-            (Err(e), true) => return Err(format!("{name} = {raw} refused ({e}), in range")),
-        }
-        Ok(())
+        let tuned = Tuned {
+            name,
+            value: raw,
+            valid,
+            before: &before,
+            want: &want,
+        };
+        let refused_as = TunableError { name, value: raw };
+        tuned.check(self.dd.tunables(), result, refused_as)
     }
+
     fn depth(&mut self, nr: u8) -> Result<(), String> {
         let Some(nr) = self.h.set_nr_requests(nr)? else {
             return Ok(());
@@ -720,14 +604,7 @@ impl Runner {
 
     /// The counters, the work and the tags against the model.
     fn check(&self) -> Result<(), String> {
-        let queued = self.h.any_queued();
-        for hctx in 0..self.h.hw_queues {
-            ensure!(
-                self.dd.has_work(hctx) == queued,
-                "has_work({hctx}) = {}, a bio queued: {queued}",
-                self.dd.has_work(hctx)
-            );
-        }
+        elv::check_has_work(&self.h, &self.dd)?;
         let mut held = 0;
         for (c, &class) in CLASSES.iter().enumerate() {
             let s = self.dd.stats(class);

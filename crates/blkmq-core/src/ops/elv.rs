@@ -65,7 +65,7 @@ use arbitrary::Arbitrary;
 use super::TestPlatform;
 use super::bios::EndLog;
 use crate::{
-    Alloc, Bio, BioFlags, ElvCx, IoPrio, IoPrioClass, IssuerId, Op as BioOp, QueueLimits,
+    Alloc, Bio, BioFlags, Elevator, ElvCx, IoPrio, IoPrioClass, IssuerId, Op as BioOp, QueueLimits,
     QueueTags, Rq, Status, TagError, TagSet, TagSetFlags,
 };
 
@@ -1172,6 +1172,648 @@ impl Harness {
                 rec.dispatched,
                 rec.owed
             );
+        }
+        Ok(())
+    }
+}
+
+// ----- the ops every scheduler model has -----
+
+/// Rounds of the final drain after which it counts as stuck.
+const MAX_DRAIN_ROUNDS: usize = 10_000;
+
+/// A scheduler's model over a [`Harness`]: what [`insert`], [`dispatch`], [`drain`] and the
+/// like need of it, so the
+/// ops every scheduler has run the same way for all (the scheduler's own ops and promises
+/// stay in its model).
+///
+/// ```
+/// use std::collections::VecDeque;
+/// use blkmq_core::ops::elv::{self, BioSpec, Config, ElvModel, Harness, LimitsSpec, Place};
+/// use blkmq_core::{Bio, ElvCx, Elevator, IoPrio, IssuerId, Rq};
+///
+/// /// Dispatches in insertion order.
+/// #[derive(Default)]
+/// struct Fifo(VecDeque<Rq>);
+/// impl Elevator for Fifo {
+///     fn name(&self) -> &'static str { "fifo" }
+///     fn insert_requests(&mut self, _: &ElvCx<'_>, rqs: &mut dyn Iterator<Item = Rq>, _: bool) {
+///         self.0.extend(rqs);
+///     }
+///     fn dispatch_request(&mut self, _: &ElvCx<'_>, _: usize) -> Option<Rq> { self.0.pop_front() }
+///     fn has_work(&self, _: usize) -> bool { !self.0.is_empty() }
+/// }
+///
+/// struct Runner { h: Harness, fifo: Fifo }
+/// impl ElvModel for Runner {
+///     type Elv = Fifo;
+///     fn parts(&mut self) -> (&mut Harness, &mut Fifo) { (&mut self.h, &mut self.fifo) }
+///     fn held(&self) -> usize { self.fifo.0.len() }
+///     fn make_request(&mut self, hctx: usize, bio: Bio, seq: u32) -> Result<Option<Rq>, String> {
+///         self.h.alloc_request(hctx, bio, seq, None)
+///     }
+///     fn went_in_at_head(&mut self, _: Vec<(IoPrio, Vec<u32>)>) {}
+///     fn dispatch(&mut self, hctx: usize) -> Result<bool, String> {
+///         let cx = self.h.cx();
+///         let Some(rq) = self.fifo.dispatch_request(&cx, hctx) else { return Ok(false) };
+///         self.h.dispatched(rq)?;
+///         Ok(true)
+///     }
+///     fn check(&mut self) -> Result<(), String> {
+///         elv::check_has_work(&self.h, &self.fifo)?;
+///         self.h.check_tags(self.fifo.0.len())
+///     }
+/// }
+///
+/// let limits = LimitsSpec { max_sectors: 7, chunk: None, discard: None, write_zeroes: None };
+/// let config = Config { hw_queues: 0, shared_tags: false, nr_requests: 3, limits };
+/// let mut m = Runner { h: Harness::build(&config).unwrap(), fifo: Fifo::default() };
+/// let bio = BioSpec { class: 1, level: 4, op: 0, place: Place::At(0), sectors: 7, flags: 0 };
+/// elv::insert(&mut m, 0, IssuerId(1), &bio, 1, false).unwrap(); // 2 requests
+/// elv::dispatch(&mut m, 0, 0).unwrap();
+/// assert_eq!((m.h.in_flight().len(), m.held()), (1, 1));
+/// elv::drain(&mut m).unwrap(); // dispatches and completes the rest, and checks
+/// ```
+pub trait ElvModel {
+    /// The elevator under test.
+    type Elv: Elevator;
+    /// The harness and the elevator, to use together.
+    fn parts(&mut self) -> (&mut Harness, &mut Self::Elv);
+    /// Requests the elevator says it holds (queued, not dispatched).
+    fn held(&self) -> usize;
+    /// A request of `bio` (`seq`) for `hctx`, allocated and prepared as a request queue
+    /// does, with the scheduler's checks of its depth limits: `None` when no scheduler
+    /// tag is to be had (see [`Harness::alloc_request`]).
+    ///
+    /// # Errors
+    /// What broke.
+    fn make_request(&mut self, hctx: usize, bio: Bio, seq: u32) -> Result<Option<Rq>, String>;
+    /// Requests were inserted at the head by one call (fresh, or requeued), each as its
+    /// priority and bios, in the order handed in.
+    fn went_in_at_head(&mut self, batch: Vec<(IoPrio, Vec<u32>)>);
+    /// One dispatch for `hctx`, checked; false when the elevator gave nothing.
+    ///
+    /// # Errors
+    /// What broke.
+    fn dispatch(&mut self, hctx: usize) -> Result<bool, String>;
+    /// Everything the model checks after an op.
+    ///
+    /// # Errors
+    /// What broke.
+    fn check(&mut self) -> Result<(), String>;
+    /// The elevator took `bio` into a request it holds.
+    fn bio_merged(&mut self, bio: &Bio) {
+        let _ = bio;
+    }
+    /// A request of `prio` was completed.
+    fn completed(&mut self, prio: IoPrio) {
+        let _ = prio;
+    }
+    /// What the scheduler checks at the end of [`drain`], beyond what it checks of all.
+    ///
+    /// # Errors
+    /// What broke.
+    fn drained(&mut self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// Makes requests of `1 + more % 4` bios of `issuer` — `spec`, then each starting where
+/// the one before ends, of the same operation, priority and flags — each allocated
+/// ([`ElvModel::make_request`]) for hardware queue `hctx % hw_queues`, and inserts them
+/// with one [`Elevator::insert_requests`] call (telling the model of those put at the
+/// head). When a scheduler tag is not to be had, the bios from there on are not made.
+///
+/// # Errors
+/// The first broken promise.
+///
+/// ```
+/// # use std::collections::VecDeque;
+/// # use blkmq_core::ops::elv::{self, BioSpec, Config, ElvModel, Harness, LimitsSpec, Place};
+/// # use blkmq_core::{Bio, ElvCx, Elevator, IoPrio, IssuerId, Rq};
+/// # #[derive(Default)]
+/// # struct Fifo(VecDeque<Rq>);
+/// # impl Elevator for Fifo {
+/// #     fn name(&self) -> &'static str { "fifo" }
+/// #     fn insert_requests(&mut self, _: &ElvCx<'_>, rqs: &mut dyn Iterator<Item = Rq>, _: bool) { self.0.extend(rqs); }
+/// #     fn dispatch_request(&mut self, _: &ElvCx<'_>, _: usize) -> Option<Rq> { self.0.pop_front() }
+/// #     fn has_work(&self, _: usize) -> bool { !self.0.is_empty() }
+/// # }
+/// # struct Runner { h: Harness, fifo: Fifo, at_head: usize }
+/// # impl ElvModel for Runner {
+/// #     type Elv = Fifo;
+/// #     fn parts(&mut self) -> (&mut Harness, &mut Fifo) { (&mut self.h, &mut self.fifo) }
+/// #     fn held(&self) -> usize { self.fifo.0.len() }
+/// #     fn make_request(&mut self, hctx: usize, bio: Bio, seq: u32) -> Result<Option<Rq>, String> {
+/// #         self.h.alloc_request(hctx, bio, seq, None)
+/// #     }
+/// #     fn went_in_at_head(&mut self, batch: Vec<(IoPrio, Vec<u32>)>) { self.at_head += batch.len(); }
+/// #     fn dispatch(&mut self, hctx: usize) -> Result<bool, String> {
+/// #         let cx = self.h.cx();
+/// #         let Some(rq) = self.fifo.dispatch_request(&cx, hctx) else { return Ok(false) };
+/// #         self.h.dispatched(rq)?;
+/// #         Ok(true)
+/// #     }
+/// #     fn check(&mut self) -> Result<(), String> { self.h.check_tags(self.fifo.0.len()) }
+/// # }
+/// # let limits = LimitsSpec { max_sectors: 7, chunk: None, discard: None, write_zeroes: None };
+/// # let config = Config { hw_queues: 0, shared_tags: false, nr_requests: 3, limits };
+/// # let mut m = Runner { h: Harness::build(&config).unwrap(), fifo: Fifo::default(), at_head: 0 };
+/// // `m` models a FIFO elevator, as in `ElvModel`'s example, counting requests put at the head.
+/// let bio = BioSpec { class: 1, level: 4, op: 0, place: Place::At(0), sectors: 7, flags: 0 };
+/// elv::insert(&mut m, 0, IssuerId(1), &bio, 2, true).unwrap();
+/// assert_eq!((m.held(), m.at_head), (3, 3));
+/// # elv::drain(&mut m).unwrap();
+/// ```
+pub fn insert<M: ElvModel>(
+    m: &mut M,
+    hctx: u8,
+    issuer: IssuerId,
+    spec: &BioSpec,
+    more: u8,
+    at_head: bool,
+) -> Result<(), String> {
+    let h = m.parts().0;
+    let hctx = usize::from(hctx) % h.hw_queues;
+    let mut shape = h.shape(spec, issuer);
+    let mut rqs = Vec::new();
+    let mut made = Vec::new();
+    for _ in 0..=more % 4 {
+        let (bio, seq) = m.parts().0.make_bio(shape);
+        let Some(rq) = m.make_request(hctx, bio, seq)? else {
+            break;
+        };
+        made.push((bio.prio, alloc::vec![seq]));
+        rqs.push(rq);
+        shape = m.parts().0.fit(Shape {
+            sector: shape.sector + u64::from(shape.sectors),
+            sectors: 1 + u32::from(spec.sectors) % MAX_BIO_SECTORS,
+            ..shape
+        });
+    }
+    if at_head {
+        m.went_in_at_head(made);
+    }
+    if !rqs.is_empty() {
+        let (h, elv) = m.parts();
+        elv.insert_requests(&h.cx(), &mut rqs.into_iter(), at_head);
+    }
+    Ok(())
+}
+
+/// Offers a fresh bio of `issuer` that `spec` describes to [`Elevator::bio_merge`];
+/// taken, the model hears of it ([`ElvModel::bio_merged`]); refused, it becomes a request
+/// of its own for hardware queue `hctx % hw_queues`, inserted as [`insert`] inserts one.
+///
+/// # Errors
+/// The first broken promise.
+///
+/// ```
+/// # use std::collections::VecDeque;
+/// # use blkmq_core::ops::elv::{self, BioSpec, Config, ElvModel, Harness, LimitsSpec, Place};
+/// # use blkmq_core::{Bio, ElvCx, Elevator, IoPrio, IssuerId, Rq};
+/// # #[derive(Default)]
+/// # struct Fifo(VecDeque<Rq>);
+/// # impl Elevator for Fifo {
+/// #     fn name(&self) -> &'static str { "fifo" }
+/// #     fn insert_requests(&mut self, _: &ElvCx<'_>, rqs: &mut dyn Iterator<Item = Rq>, _: bool) { self.0.extend(rqs); }
+/// #     fn dispatch_request(&mut self, _: &ElvCx<'_>, _: usize) -> Option<Rq> { self.0.pop_front() }
+/// #     fn has_work(&self, _: usize) -> bool { !self.0.is_empty() }
+/// # }
+/// # struct Runner { h: Harness, fifo: Fifo, at_head: usize }
+/// # impl ElvModel for Runner {
+/// #     type Elv = Fifo;
+/// #     fn parts(&mut self) -> (&mut Harness, &mut Fifo) { (&mut self.h, &mut self.fifo) }
+/// #     fn held(&self) -> usize { self.fifo.0.len() }
+/// #     fn make_request(&mut self, hctx: usize, bio: Bio, seq: u32) -> Result<Option<Rq>, String> {
+/// #         self.h.alloc_request(hctx, bio, seq, None)
+/// #     }
+/// #     fn went_in_at_head(&mut self, batch: Vec<(IoPrio, Vec<u32>)>) { self.at_head += batch.len(); }
+/// #     fn dispatch(&mut self, hctx: usize) -> Result<bool, String> {
+/// #         let cx = self.h.cx();
+/// #         let Some(rq) = self.fifo.dispatch_request(&cx, hctx) else { return Ok(false) };
+/// #         self.h.dispatched(rq)?;
+/// #         Ok(true)
+/// #     }
+/// #     fn check(&mut self) -> Result<(), String> { self.h.check_tags(self.fifo.0.len()) }
+/// # }
+/// # let limits = LimitsSpec { max_sectors: 7, chunk: None, discard: None, write_zeroes: None };
+/// # let config = Config { hw_queues: 0, shared_tags: false, nr_requests: 3, limits };
+/// # let mut m = Runner { h: Harness::build(&config).unwrap(), fifo: Fifo::default(), at_head: 0 };
+/// // `m` models a FIFO elevator, as in `ElvModel`'s example, counting requests put at the head.
+/// let bio = BioSpec { class: 1, level: 4, op: 0, place: Place::At(0), sectors: 7, flags: 0 };
+/// elv::merge(&mut m, 0, IssuerId(1), &bio).unwrap(); // a FIFO merges nothing
+/// assert_eq!(m.held(), 1);
+/// # elv::drain(&mut m).unwrap();
+/// ```
+pub fn merge<M: ElvModel>(
+    m: &mut M,
+    hctx: u8,
+    issuer: IssuerId,
+    spec: &BioSpec,
+) -> Result<(), String> {
+    let (h, elv) = m.parts();
+    let hctx = usize::from(hctx) % h.hw_queues;
+    let shape = h.shape(spec, issuer);
+    let (bio, seq) = h.make_bio(shape);
+    // Recorded first: a bug that ends it at once must find it known.
+    h.hand_over(seq, &bio);
+    match elv.bio_merge(&h.cx(), bio) {
+        Ok(()) => m.bio_merged(&bio),
+        Err(back) => {
+            h.take_back(seq, &bio, &back)?;
+            if let Some(rq) = m.make_request(hctx, back, seq)? {
+                let (h, elv) = m.parts();
+                elv.insert_requests(&h.cx(), &mut core::iter::once(rq), false);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `1 + count % 4` dispatches ([`ElvModel::dispatch`]) for hardware queue
+/// `hctx % hw_queues`.
+///
+/// # Errors
+/// The first broken promise.
+///
+/// ```
+/// # use std::collections::VecDeque;
+/// # use blkmq_core::ops::elv::{self, BioSpec, Config, ElvModel, Harness, LimitsSpec, Place};
+/// # use blkmq_core::{Bio, ElvCx, Elevator, IoPrio, IssuerId, Rq};
+/// # #[derive(Default)]
+/// # struct Fifo(VecDeque<Rq>);
+/// # impl Elevator for Fifo {
+/// #     fn name(&self) -> &'static str { "fifo" }
+/// #     fn insert_requests(&mut self, _: &ElvCx<'_>, rqs: &mut dyn Iterator<Item = Rq>, _: bool) { self.0.extend(rqs); }
+/// #     fn dispatch_request(&mut self, _: &ElvCx<'_>, _: usize) -> Option<Rq> { self.0.pop_front() }
+/// #     fn has_work(&self, _: usize) -> bool { !self.0.is_empty() }
+/// # }
+/// # struct Runner { h: Harness, fifo: Fifo, at_head: usize }
+/// # impl ElvModel for Runner {
+/// #     type Elv = Fifo;
+/// #     fn parts(&mut self) -> (&mut Harness, &mut Fifo) { (&mut self.h, &mut self.fifo) }
+/// #     fn held(&self) -> usize { self.fifo.0.len() }
+/// #     fn make_request(&mut self, hctx: usize, bio: Bio, seq: u32) -> Result<Option<Rq>, String> {
+/// #         self.h.alloc_request(hctx, bio, seq, None)
+/// #     }
+/// #     fn went_in_at_head(&mut self, batch: Vec<(IoPrio, Vec<u32>)>) { self.at_head += batch.len(); }
+/// #     fn dispatch(&mut self, hctx: usize) -> Result<bool, String> {
+/// #         let cx = self.h.cx();
+/// #         let Some(rq) = self.fifo.dispatch_request(&cx, hctx) else { return Ok(false) };
+/// #         self.h.dispatched(rq)?;
+/// #         Ok(true)
+/// #     }
+/// #     fn check(&mut self) -> Result<(), String> { self.h.check_tags(self.fifo.0.len()) }
+/// # }
+/// # let limits = LimitsSpec { max_sectors: 7, chunk: None, discard: None, write_zeroes: None };
+/// # let config = Config { hw_queues: 0, shared_tags: false, nr_requests: 3, limits };
+/// # let mut m = Runner { h: Harness::build(&config).unwrap(), fifo: Fifo::default(), at_head: 0 };
+/// // `m` models a FIFO elevator, as in `ElvModel`'s example, counting requests put at the head.
+/// let bio = BioSpec { class: 1, level: 4, op: 0, place: Place::At(0), sectors: 7, flags: 0 };
+/// elv::insert(&mut m, 0, IssuerId(1), &bio, 2, false).unwrap();
+/// elv::dispatch(&mut m, 0, 1).unwrap(); // 2 dispatches
+/// assert_eq!((m.held(), m.h.in_flight().len()), (1, 2));
+/// # elv::drain(&mut m).unwrap();
+/// ```
+pub fn dispatch<M: ElvModel>(m: &mut M, hctx: u8, count: u8) -> Result<(), String> {
+    let hctx = usize::from(hctx) % m.parts().0.hw_queues;
+    for _ in 0..=count % 4 {
+        m.dispatch(hctx)?;
+    }
+    Ok(())
+}
+
+/// Completes the `index % in_flight`-th request in flight with status `status % 4` of
+/// [`STATUSES`]: [`Elevator::completed_request`], [`Elevator::finish_request`], then
+/// [`Harness::finish`] (and [`ElvModel::completed`]). Nothing when none is in flight.
+///
+/// # Errors
+/// The first broken promise.
+///
+/// ```
+/// # use std::collections::VecDeque;
+/// # use blkmq_core::ops::elv::{self, BioSpec, Config, ElvModel, Harness, LimitsSpec, Place};
+/// # use blkmq_core::{Bio, ElvCx, Elevator, IoPrio, IssuerId, Rq};
+/// # #[derive(Default)]
+/// # struct Fifo(VecDeque<Rq>);
+/// # impl Elevator for Fifo {
+/// #     fn name(&self) -> &'static str { "fifo" }
+/// #     fn insert_requests(&mut self, _: &ElvCx<'_>, rqs: &mut dyn Iterator<Item = Rq>, _: bool) { self.0.extend(rqs); }
+/// #     fn dispatch_request(&mut self, _: &ElvCx<'_>, _: usize) -> Option<Rq> { self.0.pop_front() }
+/// #     fn has_work(&self, _: usize) -> bool { !self.0.is_empty() }
+/// # }
+/// # struct Runner { h: Harness, fifo: Fifo, at_head: usize }
+/// # impl ElvModel for Runner {
+/// #     type Elv = Fifo;
+/// #     fn parts(&mut self) -> (&mut Harness, &mut Fifo) { (&mut self.h, &mut self.fifo) }
+/// #     fn held(&self) -> usize { self.fifo.0.len() }
+/// #     fn make_request(&mut self, hctx: usize, bio: Bio, seq: u32) -> Result<Option<Rq>, String> {
+/// #         self.h.alloc_request(hctx, bio, seq, None)
+/// #     }
+/// #     fn went_in_at_head(&mut self, batch: Vec<(IoPrio, Vec<u32>)>) { self.at_head += batch.len(); }
+/// #     fn dispatch(&mut self, hctx: usize) -> Result<bool, String> {
+/// #         let cx = self.h.cx();
+/// #         let Some(rq) = self.fifo.dispatch_request(&cx, hctx) else { return Ok(false) };
+/// #         self.h.dispatched(rq)?;
+/// #         Ok(true)
+/// #     }
+/// #     fn check(&mut self) -> Result<(), String> { self.h.check_tags(self.fifo.0.len()) }
+/// # }
+/// # let limits = LimitsSpec { max_sectors: 7, chunk: None, discard: None, write_zeroes: None };
+/// # let config = Config { hw_queues: 0, shared_tags: false, nr_requests: 3, limits };
+/// # let mut m = Runner { h: Harness::build(&config).unwrap(), fifo: Fifo::default(), at_head: 0 };
+/// // `m` models a FIFO elevator, as in `ElvModel`'s example, counting requests put at the head.
+/// let bio = BioSpec { class: 1, level: 4, op: 0, place: Place::At(0), sectors: 7, flags: 0 };
+/// elv::complete(&mut m, 0, 0).unwrap(); // none in flight: nothing
+/// elv::insert(&mut m, 0, IssuerId(1), &bio, 1, false).unwrap();
+/// elv::dispatch(&mut m, 0, 1).unwrap();
+/// elv::complete(&mut m, 3, 1).unwrap(); // the second of the two, with an I/O error
+/// assert_eq!(m.h.in_flight().len(), 1);
+/// # elv::drain(&mut m).unwrap();
+/// ```
+pub fn complete<M: ElvModel>(m: &mut M, index: u8, status: u8) -> Result<(), String> {
+    let nr = m.parts().0.in_flight().len();
+    if nr == 0 {
+        return Ok(());
+    }
+    let status = STATUSES[usize::from(status) % STATUSES.len()];
+    complete_at(m, usize::from(index) % nr, status)
+}
+
+fn complete_at<M: ElvModel>(m: &mut M, index: usize, status: Status) -> Result<(), String> {
+    let (h, elv) = m.parts();
+    let f = h.take(index);
+    let cx = h.cx();
+    elv.completed_request(&cx, &f.rq);
+    elv.finish_request(&cx, &f.rq);
+    let prio = f.prio;
+    h.finish(f, status)?;
+    m.completed(prio);
+    Ok(())
+}
+
+/// Requeues `1 + count % 3` requests in flight, from the `index`-th on (wrapping):
+/// [`Elevator::requeue_request`] for each, then one [`Elevator::insert_requests`] of them
+/// all at the head (telling the model of them). Nothing when none is in flight.
+///
+/// ```
+/// # use std::collections::VecDeque;
+/// # use blkmq_core::ops::elv::{self, BioSpec, Config, ElvModel, Harness, LimitsSpec, Place};
+/// # use blkmq_core::{Bio, ElvCx, Elevator, IoPrio, IssuerId, Rq};
+/// # #[derive(Default)]
+/// # struct Fifo(VecDeque<Rq>);
+/// # impl Elevator for Fifo {
+/// #     fn name(&self) -> &'static str { "fifo" }
+/// #     fn insert_requests(&mut self, _: &ElvCx<'_>, rqs: &mut dyn Iterator<Item = Rq>, _: bool) { self.0.extend(rqs); }
+/// #     fn dispatch_request(&mut self, _: &ElvCx<'_>, _: usize) -> Option<Rq> { self.0.pop_front() }
+/// #     fn has_work(&self, _: usize) -> bool { !self.0.is_empty() }
+/// # }
+/// # struct Runner { h: Harness, fifo: Fifo, at_head: usize }
+/// # impl ElvModel for Runner {
+/// #     type Elv = Fifo;
+/// #     fn parts(&mut self) -> (&mut Harness, &mut Fifo) { (&mut self.h, &mut self.fifo) }
+/// #     fn held(&self) -> usize { self.fifo.0.len() }
+/// #     fn make_request(&mut self, hctx: usize, bio: Bio, seq: u32) -> Result<Option<Rq>, String> {
+/// #         self.h.alloc_request(hctx, bio, seq, None)
+/// #     }
+/// #     fn went_in_at_head(&mut self, batch: Vec<(IoPrio, Vec<u32>)>) { self.at_head += batch.len(); }
+/// #     fn dispatch(&mut self, hctx: usize) -> Result<bool, String> {
+/// #         let cx = self.h.cx();
+/// #         let Some(rq) = self.fifo.dispatch_request(&cx, hctx) else { return Ok(false) };
+/// #         self.h.dispatched(rq)?;
+/// #         Ok(true)
+/// #     }
+/// #     fn check(&mut self) -> Result<(), String> { self.h.check_tags(self.fifo.0.len()) }
+/// # }
+/// # let limits = LimitsSpec { max_sectors: 7, chunk: None, discard: None, write_zeroes: None };
+/// # let config = Config { hw_queues: 0, shared_tags: false, nr_requests: 3, limits };
+/// # let mut m = Runner { h: Harness::build(&config).unwrap(), fifo: Fifo::default(), at_head: 0 };
+/// // `m` models a FIFO elevator, as in `ElvModel`'s example, counting requests put at the head.
+/// let bio = BioSpec { class: 1, level: 4, op: 0, place: Place::At(0), sectors: 7, flags: 0 };
+/// elv::insert(&mut m, 0, IssuerId(1), &bio, 2, false).unwrap();
+/// elv::dispatch(&mut m, 0, 1).unwrap();
+/// elv::requeue(&mut m, 0, 2); // both back, at the head
+/// assert_eq!((m.held(), m.at_head), (3, 2));
+/// # elv::drain(&mut m).unwrap();
+/// ```
+pub fn requeue<M: ElvModel>(m: &mut M, index: u8, count: u8) {
+    let (h, elv) = m.parts();
+    let batch = h.requeue(index, count);
+    if batch.is_empty() {
+        return;
+    }
+    let cx = h.cx();
+    let mut rqs = Vec::with_capacity(batch.len());
+    let mut requeued = Vec::with_capacity(batch.len());
+    for f in batch {
+        elv.requeue_request(&cx, &f.rq);
+        requeued.push((f.prio, f.bios));
+        rqs.push(f.rq);
+    }
+    m.went_in_at_head(requeued);
+    let (h, elv) = m.parts();
+    elv.insert_requests(&h.cx(), &mut rqs.into_iter(), true);
+}
+
+/// At the end of a run: dispatches everything, completes what is in flight and moves the
+/// clock to the elevator's [`next_timer`](Elevator::next_timer) while requests are held
+/// and none in flight, settling and checking after each round, until nothing is left;
+/// then checks that no hardware queue has work, no request is held, the harness is
+/// drained ([`Harness::check_drained`]) and what the scheduler adds
+/// ([`ElvModel::drained`]).
+///
+/// # Errors
+/// The first broken promise, or a drain that does not end.
+///
+/// ```
+/// # use std::collections::VecDeque;
+/// # use blkmq_core::ops::elv::{self, BioSpec, Config, ElvModel, Harness, LimitsSpec, Place};
+/// # use blkmq_core::{Bio, ElvCx, Elevator, IoPrio, IssuerId, Rq};
+/// # #[derive(Default)]
+/// # struct Fifo(VecDeque<Rq>);
+/// # impl Elevator for Fifo {
+/// #     fn name(&self) -> &'static str { "fifo" }
+/// #     fn insert_requests(&mut self, _: &ElvCx<'_>, rqs: &mut dyn Iterator<Item = Rq>, _: bool) { self.0.extend(rqs); }
+/// #     fn dispatch_request(&mut self, _: &ElvCx<'_>, _: usize) -> Option<Rq> { self.0.pop_front() }
+/// #     fn has_work(&self, _: usize) -> bool { !self.0.is_empty() }
+/// # }
+/// # struct Runner { h: Harness, fifo: Fifo }
+/// # impl ElvModel for Runner {
+/// #     type Elv = Fifo;
+/// #     fn parts(&mut self) -> (&mut Harness, &mut Fifo) { (&mut self.h, &mut self.fifo) }
+/// #     fn held(&self) -> usize { self.fifo.0.len() }
+/// #     fn make_request(&mut self, hctx: usize, bio: Bio, seq: u32) -> Result<Option<Rq>, String> {
+/// #         self.h.alloc_request(hctx, bio, seq, None)
+/// #     }
+/// #     fn went_in_at_head(&mut self, _: Vec<(IoPrio, Vec<u32>)>) {}
+/// #     fn dispatch(&mut self, hctx: usize) -> Result<bool, String> {
+/// #         let cx = self.h.cx();
+/// #         let Some(rq) = self.fifo.dispatch_request(&cx, hctx) else { return Ok(false) };
+/// #         self.h.dispatched(rq)?;
+/// #         Ok(true)
+/// #     }
+/// #     fn check(&mut self) -> Result<(), String> { self.h.check_tags(self.fifo.0.len()) }
+/// # }
+/// # let limits = LimitsSpec { max_sectors: 7, chunk: None, discard: None, write_zeroes: None };
+/// # let config = Config { hw_queues: 0, shared_tags: false, nr_requests: 3, limits };
+/// # let mut m = Runner { h: Harness::build(&config).unwrap(), fifo: Fifo::default() };
+/// // `m` models a FIFO elevator, as in `ElvModel`'s example.
+/// let bio = BioSpec { class: 1, level: 4, op: 0, place: Place::At(0), sectors: 7, flags: 0 };
+/// elv::insert(&mut m, 0, IssuerId(1), &bio, 3, false).unwrap();
+/// elv::drain(&mut m).unwrap();
+/// assert_eq!((m.held(), m.h.in_flight().len()), (0, 0));
+/// ```
+pub fn drain<M: ElvModel>(m: &mut M) -> Result<(), String> {
+    let mut rounds = 0;
+    loop {
+        if rounds >= MAX_DRAIN_ROUNDS {
+            let held = m.held();
+            let (h, elv) = m.parts();
+            return Err(format!(
+                "still not drained after {rounds} rounds (now {}, next_timer {:?}, {held} queued)",
+                h.now,
+                elv.next_timer(),
+            ));
+        }
+        rounds += 1;
+        if m.dispatch(0)? {
+            m.parts().0.settle()?;
+            m.check()?;
+            continue;
+        }
+        let held = m.held();
+        let (h, elv) = m.parts();
+        if !h.in_flight().is_empty() {
+            while !m.parts().0.in_flight().is_empty() {
+                complete_at(m, 0, Status::Ok)?;
+            }
+        } else if held == 0 {
+            break;
+        } else if let Some(at) = elv.next_timer() {
+            h.now = h.now.max(at);
+        } else {
+            // Held, nothing in flight and no timer: nothing will move them.
+            break;
+        }
+        m.parts().0.settle()?;
+        m.check()?;
+    }
+    let (h, elv) = m.parts();
+    check_has_work(h, elv)?;
+    let held = m.held();
+    ensure!(held == 0, "{held} requests held at the end");
+    m.parts().0.check_drained()?;
+    m.drained()
+}
+
+/// Whether [`has_work`](Elevator::has_work) holds on every hardware queue exactly when a
+/// bio is queued ([`Harness::any_queued`]).
+///
+/// # Errors
+/// The first hardware queue where it does not.
+///
+/// ```
+/// use blkmq_core::ops::elv::{self, Config, Harness, LimitsSpec};
+/// use blkmq_core::{ElvCx, Elevator, Rq};
+///
+/// /// Claims work it does not have.
+/// struct Busy;
+/// impl Elevator for Busy {
+///     fn name(&self) -> &'static str { "busy" }
+///     fn insert_requests(&mut self, _: &ElvCx<'_>, _: &mut dyn Iterator<Item = Rq>, _: bool) {}
+///     fn dispatch_request(&mut self, _: &ElvCx<'_>, _: usize) -> Option<Rq> { None }
+///     fn has_work(&self, _: usize) -> bool { true }
+/// }
+/// let limits = LimitsSpec { max_sectors: 0, chunk: None, discard: None, write_zeroes: None };
+/// let config = Config { hw_queues: 0, shared_tags: false, nr_requests: 3, limits };
+/// assert!(elv::check_has_work(&Harness::build(&config).unwrap(), &Busy).is_err());
+/// ```
+pub fn check_has_work<E: Elevator + ?Sized>(h: &Harness, elv: &E) -> Result<(), String> {
+    let queued = h.any_queued();
+    for hctx in 0..h.hw_queues {
+        let work = elv.has_work(hctx);
+        ensure!(
+            work == queued,
+            "has_work({hctx}) = {work}, a bio queued: {queued}"
+        );
+    }
+    Ok(())
+}
+
+/// A tunable set by a model: which, the value given, whether that is in the tunable's
+/// documented range, and all the tunables before and as they should be after.
+///
+/// ```
+/// use blkmq_core::ops::elv::Tuned;
+///
+/// let (before, want) = ([1u32, 2], [1, 9]);
+/// let tuned = Tuned { name: "second", value: 9, valid: true, before: &before, want: &want };
+/// assert!(tuned.check(&want, Ok::<(), &str>(()), "refused").is_ok());
+/// assert!(tuned.check(&before, Ok::<(), &str>(()), "refused").is_err()); // accepted, unchanged
+/// assert!(tuned.check(&before, Err("refused"), "refused").is_err()); // in range, refused
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct Tuned<'a, T> {
+    /// The tunable's name, as its error names it.
+    pub name: &'static str,
+    /// The value given.
+    pub value: u64,
+    /// Whether the value is in range.
+    pub valid: bool,
+    /// The tunables before.
+    pub before: &'a T,
+    /// The tunables as they should be when the value is accepted.
+    pub want: &'a T,
+}
+
+impl<T: PartialEq + fmt::Debug> Tuned<'_, T> {
+    /// Checks what the setter said (`result`) and the tunables after (`now`): a value in
+    /// range accepted, changing that tunable alone (to `want`); one out of range refused
+    /// as `refused_as`, changing nothing.
+    ///
+    /// # Errors
+    /// What broke.
+    ///
+    /// ```
+    /// use blkmq_core::ops::elv::Tuned;
+    ///
+    /// let (before, want) = (4u64, 0);
+    /// let tuned = Tuned { name: "depth", value: 0, valid: false, before: &before, want: &want };
+    /// assert!(tuned.check(&before, Err(("depth", 0)), ("depth", 0)).is_ok());
+    /// assert!(tuned.check(&before, Err(("other", 0)), ("depth", 0)).is_err()); // refused as another
+    /// assert!(tuned.check(&want, Ok(()), ("depth", 0)).is_err()); // out of range, accepted
+    /// ```
+    pub fn check<E: PartialEq + fmt::Debug>(
+        &self,
+        now: &T,
+        result: Result<(), E>,
+        refused_as: E,
+    ) -> Result<(), String> {
+        let Tuned {
+            name,
+            value,
+            before,
+            want,
+            ..
+        } = *self;
+        match (result, self.valid) {
+            (Ok(()), true) => ensure!(
+                now == want,
+                "{name} = {value} accepted: tunables {now:?}, expected {want:?}"
+            ),
+            (Err(e), false) => {
+                ensure!(
+                    e == refused_as,
+                    "{name} = {value} refused as {e:?}, expected {refused_as:?}"
+                );
+                ensure!(
+                    now == before,
+                    "{name} = {value} refused, yet tunables went from {before:?} to {now:?}"
+                );
+            }
+            (Ok(()), false) => return Err(format!("{name} = {value} accepted, out of range")),
+            (Err(e), true) => return Err(format!("{name} = {value} refused ({e:?}), in range")),
         }
         Ok(())
     }
