@@ -1,6 +1,8 @@
 //! The elevator (I/O scheduler) interface: what a request queue asks of a scheduler, and
 //! what it offers the scheduler in return ([`ElvCx`]).
 
+use core::cell::Cell;
+
 use crate::bio::{Bio, BioFlags, Op};
 use crate::error::TagError;
 use crate::limits::{MergeKind, QueueLimits};
@@ -34,7 +36,8 @@ use crate::request::{Rq, RqIo};
 pub struct ElvCx<'a> {
     backend: &'a dyn ElvBackend,
     limits: &'a QueueLimits,
-    now_ns: u64,
+    /// The time given, or [`ASK_BACKEND`] until the first [`ElvCx::now_ns`] reads it.
+    now_ns: Cell<u64>,
 }
 
 /// The request operations an [`ElvCx`] forwards.
@@ -107,7 +110,7 @@ impl<'a> ElvCx<'a> {
         Self {
             backend: tags,
             limits,
-            now_ns,
+            now_ns: Cell::new(now_ns),
         }
     }
 
@@ -119,7 +122,7 @@ impl<'a> ElvCx<'a> {
         Self {
             backend,
             limits,
-            now_ns,
+            now_ns: Cell::new(now_ns),
         }
     }
 
@@ -134,11 +137,20 @@ impl<'a> ElvCx<'a> {
     /// assert_eq!(cx.now_ns(), 5_000); // a queue passes its platform's `now_ns()`
     /// ```
     pub fn now_ns(&self) -> u64 {
-        if self.now_ns == ASK_BACKEND {
-            self.backend.now_ns()
-        } else {
-            self.now_ns
+        let now = self.now_ns.get();
+        if now != ASK_BACKEND {
+            return now;
         }
+        // Read once per context: the calls of one queue run share it.
+        let now = self.backend.now_ns();
+        self.now_ns.set(now);
+        now
+    }
+
+    /// The time [`now_ns`](Self::now_ns) gave, if anything asked for it yet.
+    pub(crate) fn time_read(&self) -> Option<u64> {
+        let now = self.now_ns.get();
+        (now != ASK_BACKEND).then_some(now)
     }
 
     /// The queue's limits.
@@ -371,7 +383,7 @@ impl core::fmt::Debug for ElvCx<'_> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("ElvCx")
             .field("limits", self.limits)
-            .field("now_ns", &self.now_ns)
+            .field("now_ns", &self.now_ns.get())
             .finish_non_exhaustive()
     }
 }

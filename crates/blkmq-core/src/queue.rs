@@ -2337,7 +2337,7 @@ impl<D: Driver> RequestQueue<D> {
                 self.push_ctx_for(cpu, kind, hctx, rq);
             } else {
                 let epoch = self.host.epoch.load(Ordering::SeqCst);
-                if let Issued::GaveUp(rq, status) = self.issue_one(hctx, rq, true, None) {
+                if let Issued::GaveUp(rq, status) = self.issue_one(hctx, rq, true, None, None) {
                     let mut batch = h.scratch.lock();
                     batch.push_back(rq);
                     self.give_up(hctx, &mut batch, epoch, status);
@@ -2709,7 +2709,7 @@ impl<D: Driver> RequestQueue<D> {
                 self.run_hw_queue(own);
                 continue;
             }
-            match self.issue_one(hctx, rq, true, Some(hctx)) {
+            match self.issue_one(hctx, rq, true, Some(hctx), elv_cx.time_read()) {
                 Issued::Queued | Issued::Ended => {}
                 Issued::GaveUp(rq, status) => {
                     let mut batch = h.scratch.lock();
@@ -2747,7 +2747,7 @@ impl<D: Driver> RequestQueue<D> {
             let last = batch
                 .front()
                 .is_none_or(|next| self.rq_hctx(next, hctx) != own);
-            match self.issue_one(hctx, rq, last, None) {
+            match self.issue_one(hctx, rq, last, None, None) {
                 Issued::Queued => owed = (!last).then_some(own),
                 Issued::Ended => {}
                 Issued::GaveUp(rq, status) => {
@@ -2770,7 +2770,14 @@ impl<D: Driver> RequestQueue<D> {
     /// Issues one request: budget (unless `budget` says which hardware queue's context
     /// holds one), driver tag, start, `queue_rq` — on the request's own hardware queue (an
     /// elevator may hand any runner any request).
-    fn issue_one(&self, runner: usize, mut rq: Rq, last: bool, budget: Option<usize>) -> Issued {
+    fn issue_one(
+        &self,
+        runner: usize,
+        mut rq: Rq,
+        last: bool,
+        budget: Option<usize>,
+        now: Option<u64>,
+    ) -> Issued {
         let tags = self.tags();
         let hctx = tags.request(&rq).map_or(runner, |r| r.hctx());
         let cx = self.cx(hctx);
@@ -2805,7 +2812,9 @@ impl<D: Driver> RequestQueue<D> {
                 return Issued::Ended;
             }
         }
-        if tags.start(&mut rq, self.platform().now_ns()).is_err() {
+        // The elevator's dispatch may have read the clock a moment ago: one read serves.
+        let now = now.unwrap_or_else(|| self.platform().now_ns());
+        if tags.start(&mut rq, now).is_err() {
             driver.put_budget(&cx);
             self.budget_returned(runner);
             self.end_unissued(rq, Status::IoErr);
