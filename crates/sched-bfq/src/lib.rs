@@ -358,6 +358,9 @@ pub struct Bfq {
     /// The idle wait: when it started and when it ends.
     idle_start: u64,
     idle_until: Option<u64>,
+    /// When the queue in service emptied with nothing else queued or in flight: its
+    /// expiry waits for the next request, which, if its own and soon, continues its turn.
+    lone_since: Option<u64>,
     // The device.
     in_flight: usize,
     /// Whether the device queues commands itself (NCQ): `None` until seen (Linux's
@@ -440,6 +443,7 @@ impl Bfq {
             budget_deadline: 0,
             idle_start: 0,
             idle_until: None,
+            lone_since: None,
             in_flight: 0,
             hw_tag: None,
             hw_tag_samples: 0,
@@ -1057,6 +1061,9 @@ impl Bfq {
         let issuer = io.issuer();
         // A reinsert (a merge refused, a requeue) may still be on a list.
         self.unlink(key);
+        if at_head {
+            self.end_lone_wait(None, now);
+        }
         if at_head && self.info[key].counted {
             // A requeued request goes first, outside any queue's budget.
             self.lists.push_front(DISPATCH, key);
@@ -1101,6 +1108,7 @@ impl Bfq {
     /// Puts a new request of `q` in its tree and FIFO, and makes `q` backlogged if it was
     /// not.
     fn add_to_queue(&mut self, q: u32, key: usize, rq: Rq, sector: u64, end: u64, now: u64) {
+        self.end_lone_wait(Some(q), now);
         let was_empty = self.lists.is_empty(Self::fifo(q));
         let (slice_idle, rotational) = (self.tunables.slice_idle_ns, self.rotational);
         let sectors = self.info[key].sectors;
@@ -1163,6 +1171,7 @@ impl Elevator for Bfq {
     }
 
     fn depth_updated(&mut self, nr_requests: usize, nr_keys: usize) {
+        self.end_lone_wait(None, 0);
         self.nr_requests = nr_requests;
         if nr_keys != self.sorted.forest().nr_keys() {
             self.grow(nr_keys);

@@ -431,6 +431,10 @@ impl Bfq {
             if idle {
                 if self.better_to_idle(q) {
                     self.arm_idle(q, now);
+                } else if self.lists.total() == 0 && self.in_flight == 0 {
+                    // Nothing else wants the device: whether the turn ends is for the next
+                    // request to say (`end_lone_wait`).
+                    self.lone_since = Some(now);
                 } else {
                     self.expire(q, Expiry::NoMoreRequests, now);
                 }
@@ -443,6 +447,25 @@ impl Bfq {
             self.became_idle(q, now);
         }
         self.reaccount(q);
+    }
+
+    /// A request of `q` (`None`: one outside any queue's order) arrives at `now` while the
+    /// queue in service waits alone, empty: the turn goes on if it is that queue's and
+    /// within an idle slice of its emptying (Linux lets such a queue, expired for want of
+    /// requests, take the device back with the budget it had left); otherwise the turn ends
+    /// as it would have when it emptied.
+    pub(crate) fn end_lone_wait(&mut self, q: Option<u32>, now: u64) {
+        let Some(since) = self.lone_since.take() else {
+            return;
+        };
+        let p = self.in_service;
+        if p == NO_QUEUE {
+            return;
+        }
+        let soon = now.saturating_sub(since) <= self.tunables.slice_idle_ns.max(SEEKY_IDLE_NS);
+        if q != Some(p) || !soon {
+            self.expire(p, Expiry::NoMoreRequests, since);
+        }
     }
 
     fn budget_left_third(&self, q: u32) -> bool {
@@ -715,6 +738,7 @@ impl Bfq {
         self.sched.expire(e, requeue, now);
         self.in_service = NO_QUEUE;
         self.idle_until = None;
+        self.lone_since = None;
         if empty && self.queues[qi].dispatched == 0 {
             self.became_idle(q, now);
         }

@@ -121,7 +121,11 @@ fn a_queue_is_served_for_its_budget_while_another_waits() {
     let rest: Vec<u32> = (0..10).map(|_| rig.serve().0).collect();
     assert_eq!(rest, [1, 1, 1, 1, 1, 2, 2, 2, 2, 2]);
     assert!(rig.dispatch().is_none());
-    // Issuer 2 emptied its queue with 40 sectors served: its next budget is that.
+    // Issuer 2 emptied its queue with nothing else waiting: its turn ends when a request of
+    // someone else comes (or one of its own, later than an idle slice), with its next
+    // budget the 40 sectors it used.
+    assert_eq!(rig.budget(2), 64);
+    rig.insert(read(1, 1 << 20, 8));
     assert_eq!(rig.budget(2), 40);
     let stats = rig.bfq.issuer_stats(IssuerId(1)).unwrap();
     assert_eq!((stats.dispatched, stats.service_sectors), (10, 80));
@@ -148,11 +152,12 @@ fn budget_feedback_exhausted_emptied_timed_out_too_idle() {
     rig.bfq.set_max_budget(4096).unwrap(); // min budget 128
     rig.insert(read(1, 0, 256));
     rig.serve();
-    assert!(rig.dispatch().is_none()); // nothing queued: the turn ends (no idling here)
-    assert_eq!(rig.budget(1), 256);
+    assert!(rig.dispatch().is_none()); // nothing queued (and no idling here)
+    rig.now += 9 * MS; // its next request comes later than an idle slice: the turn ended
     for i in 1..4 {
         rig.insert(read(1, i * 1024, 64));
     }
+    assert_eq!(rig.budget(1), 256);
     rig.serve();
     rig.now += 126 * MS; // past timeout_sync
     rig.insert(read(2, 1 << 30, 8));
@@ -654,4 +659,26 @@ fn turning_low_latency_off_through_set_tunables_ends_raising() {
     rig.bfq.set_tunables(tunables).unwrap();
     assert!(!rig.bfq.issuer_stats(IssuerId(1)).unwrap().raised);
     assert_eq!(rig.bfq.stats().raised_queues, 0);
+}
+
+#[test]
+fn a_lone_queue_that_empties_keeps_its_turn_for_its_next_request() {
+    let mut rig = Rig::new(false);
+    rig.bfq.set_max_budget(64).unwrap(); // a first budget of 42 sectors
+    // Alone, one request at a time, the next sent as the last ends: one turn.
+    for i in 0..5 {
+        rig.insert(read(1, i * 8, 8));
+        assert_eq!(rig.serve().0, 1);
+        assert!(rig.dispatch().is_none());
+        assert_eq!(rig.budget(1), 42); // still the first turn's budget
+    }
+    // The sixth does not fit what is left (2 sectors): the turn ends exhausted (x4).
+    rig.insert(read(1, 40, 8));
+    assert_eq!(rig.serve().0, 1);
+    assert_eq!(rig.budget(1), 64);
+    // Another issuer's request ends the lone wait: issuer 1's turn ends as it emptied.
+    assert!(rig.dispatch().is_none());
+    rig.insert(read(2, 1 << 30, 8));
+    assert_eq!(rig.budget(1), 8); // the service it used, at least the minimum (2)
+    assert_eq!(rig.serve().0, 2);
 }
