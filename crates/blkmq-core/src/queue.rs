@@ -2289,10 +2289,11 @@ impl<D: Driver> RequestQueue<D> {
             if let Some(e) = guard.as_mut() {
                 e.prepare_request(&cx, &mut rq);
                 if plug.is_none() {
-                    // Prepared and inserted under one lock.
+                    // Prepared and inserted under one lock; the run that follows at once
+                    // shares the time the insertion read, if it read one.
                     e.insert_requests(&cx, &mut core::iter::once(rq), false);
                     drop(guard);
-                    self.run_hw_queue(hctx);
+                    self.run_hw_queue_at(hctx, cx.time_read());
                     return Ok(());
                 }
             }
@@ -2445,6 +2446,12 @@ impl<D: Driver> RequestQueue<D> {
     /// assert_eq!(queue.usage(), 0);
     /// ```
     pub fn run_hw_queue(&self, hctx: usize) {
+        self.run_hw_queue_at(hctx, None);
+    }
+
+    /// [`run_hw_queue`](Self::run_hw_queue), the first dispatch taking `now` as the time
+    /// when the caller read it a moment ago (a submission through the elevator).
+    fn run_hw_queue_at(&self, hctx: usize, now: Option<u64>) {
         let Some(h) = self.hctxs.get(hctx) else {
             return;
         };
@@ -2463,7 +2470,7 @@ impl<D: Driver> RequestQueue<D> {
                 break;
             }
         }
-        self.dispatch(hctx);
+        self.dispatch(hctx, now);
         self.finish_run(hctx);
     }
 
@@ -2478,7 +2485,7 @@ impl<D: Driver> RequestQueue<D> {
                 return;
             }
             h.run.fetch_and(!PENDING, Ordering::SeqCst);
-            self.dispatch(hctx);
+            self.dispatch(hctx, None);
         }
     }
 
@@ -2582,7 +2589,7 @@ impl<D: Driver> RequestQueue<D> {
     }
 
     /// The runner's work: the dispatch list, then the elevator or the software queues.
-    fn dispatch(&self, hctx: usize) {
+    fn dispatch(&self, hctx: usize, now: Option<u64>) {
         if self.halted(hctx) {
             return;
         }
@@ -2601,7 +2608,7 @@ impl<D: Driver> RequestQueue<D> {
         }
         if self.has_elevator.load(Ordering::SeqCst) {
             // The batch is needed only to give requests back: locked then.
-            self.dispatch_elevator(hctx, epoch);
+            self.dispatch_elevator(hctx, epoch, now);
             return;
         }
         let mut batch = h.scratch.lock();
@@ -2662,7 +2669,7 @@ impl<D: Driver> RequestQueue<D> {
         false
     }
 
-    fn dispatch_elevator(&self, hctx: usize, epoch: u64) {
+    fn dispatch_elevator(&self, hctx: usize, epoch: u64, mut now: Option<u64>) {
         let h = &self.hctxs[hctx];
         let cx = self.cx(hctx);
         let driver = self.driver();
@@ -2670,7 +2677,11 @@ impl<D: Driver> RequestQueue<D> {
             if self.halted(hctx) {
                 return;
             }
-            let elv_cx = self.elv_cx();
+            // The first dispatch may take the caller's time; later ones read their own.
+            let elv_cx = match now.take() {
+                Some(t) => ElvCx::with_backend(self, &self.limits, t),
+                None => self.elv_cx(),
+            };
             // Work, budget and the request under one hold of the elevator's lock.
             let rq = {
                 let mut guard = self.elevator.lock();
