@@ -729,6 +729,46 @@ pub trait Elevator: core::any::Any + Send {
     /// ```
     fn insert_requests(&mut self, cx: &ElvCx<'_>, rqs: &mut dyn Iterator<Item = Rq>, at_head: bool);
 
+    /// One request to hold, as [`insert_requests`](Self::insert_requests) with a batch of
+    /// one (what the queue calls for a single request). Override it to spare the iterator
+    /// on the common path; it must do what a batch of one would.
+    ///
+    /// ```
+    /// use blkmq_core::*;
+    /// use std::collections::VecDeque;
+    ///
+    /// #[derive(Default)]
+    /// struct Fifo(VecDeque<Rq>);
+    /// impl Elevator for Fifo {
+    /// #     fn name(&self) -> &'static str { "fifo" }
+    ///     fn insert_requests(&mut self, cx: &ElvCx, rqs: &mut dyn Iterator<Item = Rq>, at_head: bool) {
+    ///         for rq in rqs {
+    ///             self.insert_request(cx, rq, at_head);
+    ///         }
+    ///     }
+    ///     fn insert_request(&mut self, _: &ElvCx, rq: Rq, at_head: bool) {
+    ///         if at_head { self.0.push_front(rq) } else { self.0.push_back(rq) }
+    ///     }
+    /// #     fn dispatch_request(&mut self, _: &ElvCx<'_>, _: usize) -> Option<Rq> {
+    /// #         self.0.pop_front()
+    /// #     }
+    /// #     fn has_work(&self, _: usize) -> bool { !self.0.is_empty() }
+    /// }
+    ///
+    /// # let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
+    /// # let mut tags = set.attach().unwrap();
+    /// # tags.attach_scheduler(None, |_| ()).unwrap();
+    /// # let limits = QueueLimits::new(1 << 20);
+    /// let cx = ElvCx::new(&tags, &limits, 0);
+    /// let mut fifo = Fifo::default();
+    /// fifo.insert_request(&cx, tags.alloc(&Alloc::new(0, 0)).unwrap(), false);
+    /// assert!(fifo.has_work(0));
+    /// # tags.free(fifo.dispatch_request(&cx, 0).unwrap()).unwrap();
+    /// ```
+    fn insert_request(&mut self, cx: &ElvCx<'_>, rq: Rq, at_head: bool) {
+        self.insert_requests(cx, &mut core::iter::once(rq), at_head);
+    }
+
     /// The next request to issue on hardware queue `hctx`, if any.
     ///
     /// ```
@@ -1285,7 +1325,7 @@ fn merge_held<E: Elevator + ?Sized>(elv: &mut E, cx: &ElvCx<'_>, into: usize, fr
     };
     match back {
         None => elv.requests_merged(cx, into, from),
-        Some(rq) => elv.insert_requests(cx, &mut core::iter::once(rq), false),
+        Some(rq) => elv.insert_request(cx, rq, false),
     }
 }
 

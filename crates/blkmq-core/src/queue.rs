@@ -2291,7 +2291,7 @@ impl<D: Driver> RequestQueue<D> {
                 if plug.is_none() {
                     // Prepared and inserted under one lock; the run that follows at once
                     // shares the time the insertion read, if it read one.
-                    e.insert_requests(&cx, &mut core::iter::once(rq), false);
+                    e.insert_request(&cx, rq, false);
                     drop(guard);
                     self.run_hw_queue_at(hctx, cx.time_read());
                     return Ok(());
@@ -2312,7 +2312,7 @@ impl<D: Driver> RequestQueue<D> {
         if elevated {
             let cx = self.elv_cx();
             if let Some(e) = self.elevator.lock().as_mut() {
-                e.insert_requests(&cx, &mut core::iter::once(rq), false);
+                e.insert_request(&cx, rq, false);
             } else {
                 // The elevator went away under us (it cannot: switching freezes first).
                 self.push_dispatch(hctx, rq, false);
@@ -3194,7 +3194,7 @@ impl<D: Driver> RequestQueue<D> {
             if elevated {
                 let cx = self.elv_cx();
                 if let Some(e) = self.elevator.lock().as_mut() {
-                    e.insert_requests(&cx, &mut core::iter::once(rq), true);
+                    e.insert_request(&cx, rq, true);
                 }
             } else {
                 self.push_dispatch(hctx, rq, false);
@@ -3916,7 +3916,7 @@ impl<D: Driver> RequestQueue<D> {
                 } else {
                     let cx = self.elv_cx();
                     if let Some(e) = self.elevator.lock().as_mut() {
-                        e.insert_requests(&cx, &mut core::iter::once(rq), false);
+                        e.insert_request(&cx, rq, false);
                     }
                 }
                 if hctx != last_hctx && last_hctx != usize::MAX {

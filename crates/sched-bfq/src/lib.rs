@@ -1220,9 +1220,13 @@ impl Elevator for Bfq {
         // A batch at the head keeps its own order.
         let mut prev: Option<usize> = None;
         for rq in rqs {
+            if !at_head {
+                self.insert_one(cx, rq, false, now);
+                continue;
+            }
             let key = cx.key(&rq);
             self.insert_one(cx, rq, at_head, now);
-            if at_head && self.lists.list_of(key) == Some(DISPATCH) {
+            if self.lists.list_of(key) == Some(DISPATCH) {
                 if let Some(p) = prev {
                     if self.lists.same_list(p, key) {
                         self.lists.remove(key);
@@ -1232,6 +1236,12 @@ impl Elevator for Bfq {
                 prev = Some(key);
             }
         }
+    }
+
+    fn insert_request(&mut self, cx: &ElvCx<'_>, rq: Rq, at_head: bool) {
+        let now = cx.now_ns();
+        self.rotational = cx.limits().rotational;
+        self.insert_one(cx, rq, at_head, now);
     }
 
     fn dispatch_request(&mut self, cx: &ElvCx<'_>, _hctx: usize) -> Option<Rq> {

@@ -570,9 +570,13 @@ impl Elevator for Deadline {
         // behind the batch's previous one of its class.
         let mut prev: [Option<usize>; NR_CLASSES] = [None; NR_CLASSES];
         for rq in rqs {
+            if !at_head {
+                self.insert_one(cx, rq, false);
+                continue;
+            }
             let key = cx.key(&rq);
             self.insert_one(cx, rq, at_head);
-            if at_head && self.lists.contains(key) {
+            if self.lists.contains(key) {
                 let class = self.info[key].class as usize;
                 if let Some(p) = prev[class] {
                     if self.lists.same_list(p, key) {
@@ -583,6 +587,10 @@ impl Elevator for Deadline {
                 prev[class] = Some(key);
             }
         }
+    }
+
+    fn insert_request(&mut self, cx: &ElvCx<'_>, rq: Rq, at_head: bool) {
+        self.insert_one(cx, rq, at_head);
     }
 
     fn dispatch_request(&mut self, cx: &ElvCx<'_>, _hctx: usize) -> Option<Rq> {
