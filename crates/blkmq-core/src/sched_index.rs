@@ -874,21 +874,21 @@ impl EndHash {
         self.present[key] = true;
     }
 
-    /// Takes `key` out (nothing if it is not in).
+    /// Takes `key` out, giving back the end it was filed under (`None`: it was not in).
     ///
     /// ```
     /// use blkmq_core::sched_index::EndHash;
     ///
     /// let mut ends = EndHash::new(4);
     /// ends.insert(1, 8);
-    /// ends.remove(1);
-    /// ends.remove(1);
+    /// assert_eq!(ends.remove(1), Some(8));
+    /// assert_eq!(ends.remove(1), None);
     /// assert_eq!(ends.find(8, |_| true), None);
     /// ```
     #[inline]
-    pub fn remove(&mut self, key: usize) {
+    pub fn remove(&mut self, key: usize) -> Option<u64> {
         if !self.present[key] {
-            return;
+            return None;
         }
         let b = self.bucket(self.end[key]);
         let mut at = self.buckets[b];
@@ -906,6 +906,7 @@ impl EndHash {
             at = self.next[at as usize];
         }
         self.present[key] = false;
+        Some(self.end[key])
     }
 
     /// The keys filed under `end`, offered to `f` until it returns true; returns that key.
@@ -1153,7 +1154,8 @@ impl SortedRequests {
         self.slots[key] = Some(rq);
     }
 
-    /// Takes `key` out of its tree and the end hash; its request stays held.
+    /// Takes `key` out of its tree and the end hash, giving back the end it was filed under
+    /// (`None`: it was in neither); its request stays held.
     ///
     /// ```
     /// use blkmq_core::sched_index::SortedRequests;
@@ -1164,15 +1166,15 @@ impl SortedRequests {
     ///
     /// let mut held = SortedRequests::new(1, 8);
     /// held.hold_sorted(0, 3, tags.alloc(&Alloc::new(0, 0)).unwrap(), 0, 8);
-    /// held.unlink(3);
-    /// held.unlink(3); // already out: nothing
+    /// assert_eq!(held.unlink(3), Some(8)); // the end it was filed under
+    /// assert_eq!(held.unlink(3), None); // already out: nothing
     /// assert!(held.forest().is_empty(0) && held.request(3).is_some());
     /// # tags.free(held.take(3).unwrap()).unwrap();
     /// ```
     #[inline]
-    pub fn unlink(&mut self, key: usize) {
+    pub fn unlink(&mut self, key: usize) -> Option<u64> {
         self.sorted.remove(key);
-        self.ends.remove(key);
+        self.ends.remove(key)
     }
 
     /// Gives back the request held with `key`, leaving the orders as they are (for one

@@ -193,6 +193,8 @@ pub struct Deadline {
     lists: KeyLists,
     /// Where the last dispatch of each class and direction ended.
     latest_pos: [[u64; 2]; NR_CLASSES],
+    /// The end of the request the dispatch in progress took out of the orders.
+    dispatch_end: Option<u64>,
     last_dir: usize,
     batching: u32,
     starved: u32,
@@ -233,6 +235,7 @@ impl Deadline {
             info: Vec::new(),
             lists: KeyLists::new(DISPATCH + NR_CLASSES, 0),
             latest_pos: [[0; 2]; NR_CLASSES],
+            dispatch_end: None,
             last_dir: READ,
             batching: 0,
             starved: 0,
@@ -352,9 +355,9 @@ impl Deadline {
     }
 
     /// Takes `key` out of the sorted tree, the FIFO or dispatch list and the end hash.
-    fn unlink(&mut self, key: usize) {
-        self.sorted.unlink(key);
+    fn unlink(&mut self, key: usize) -> Option<u64> {
         self.lists.remove(key);
+        self.sorted.unlink(key)
     }
 
     /// Queues `rq` in sector order and FIFO order (or at the head of its class's dispatch
@@ -520,7 +523,7 @@ impl Deadline {
             return None;
         }
         self.batching += 1;
-        self.unlink(key);
+        self.dispatch_end = self.unlink(key);
         Some(key)
     }
 
@@ -594,6 +597,7 @@ impl Elevator for Deadline {
     }
 
     fn dispatch_request(&mut self, cx: &ElvCx<'_>, _hctx: usize) -> Option<Rq> {
+        self.dispatch_end = None;
         let key = self.dispatch_aged(cx).or_else(|| {
             let mut found = None;
             for class in 0..NR_CLASSES {
@@ -605,11 +609,16 @@ impl Elevator for Deadline {
             found
         })?;
         let rq = self.sorted.take(key)?;
+        // Where it ends, as it was filed (a request off a dispatch list was not: ask).
+        let end = match self.dispatch_end.take() {
+            Some(end) => end,
+            None => cx.io(&rq).map_or(0, |io| io.end_sector()),
+        };
         let info = &mut self.info[key];
         let class = info.class as usize;
         let dir = info.dir as usize;
         info.dispatched = true;
-        self.latest_pos[class][dir] = cx.io(&rq).map_or(0, |io| io.end_sector());
+        self.latest_pos[class][dir] = end;
         self.stats[class].dispatched += 1;
         self.stats[class].in_flight += 1;
         Some(rq)
