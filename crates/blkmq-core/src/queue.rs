@@ -2226,6 +2226,9 @@ impl<D: Driver> RequestQueue<D> {
                     Err(back) => bio = back,
                 }
             }
+            if plug.is_none() && bio.op != Op::Flush && self.has_elevator.load(Ordering::Relaxed) {
+                return self.merge_or_insert(bio, cpu, hctx, kind);
+            }
             match self.try_merge(cpu, kind, bio, &mut shallow) {
                 Ok(()) => {
                     self.exit();
@@ -2235,6 +2238,60 @@ impl<D: Driver> RequestQueue<D> {
             }
         }
         self.alloc_and_go(bio, cpu, hctx, kind, plug, shallow)
+    }
+
+    /// With the usage count held, no plug, and an elevator: the elevator merges `bio`, or
+    /// a request is allocated for it (without waiting), prepared and inserted, all under
+    /// one hold of the elevator's lock; then the hardware queue runs. With no scheduler tag
+    /// free, the lock is let go and [`alloc_and_go`](Self::alloc_and_go) decides.
+    fn merge_or_insert(
+        &self,
+        bio: Bio,
+        cpu: usize,
+        hctx: usize,
+        kind: QueueType,
+    ) -> Result<(), Bio> {
+        let tags = self.tags();
+        let cx = self.elv_cx();
+        let mut guard = self.elevator.lock();
+        let Some(e) = guard.as_mut() else {
+            drop(guard);
+            return self.alloc_and_go(bio, cpu, hctx, kind, None, None);
+        };
+        let bio = match e.bio_merge(&cx, bio) {
+            Ok(()) => {
+                drop(guard);
+                self.exit();
+                return Ok(());
+            }
+            Err(bio) => bio,
+        };
+        let shallow = e.limit_depth(bio.op, bio.flags);
+        let mut alloc = Alloc::new(hctx, cpu);
+        alloc.shallow_depth = shallow;
+        // A scheduler tag is a bit taken from a bitmap: nothing here waits or locks.
+        let Ok(mut rq) = tags.alloc(&alloc) else {
+            drop(guard);
+            return self.alloc_and_go(bio, cpu, hctx, kind, None, Some(shallow));
+        };
+        let segments = self.limits.segments(bio.op, bio.sector, bio.sectors);
+        if tags.set_bio(&mut rq, bio).is_err() {
+            // Our own fresh request: cannot fail. Should it, nothing is lost.
+            drop(guard);
+            let _ = tags.free(rq);
+            self.exit();
+            self.splits.end(bio, Status::IoErr);
+            return Ok(());
+        }
+        if let Ok(io) = tags.io_mut(&mut rq) {
+            io.segments = segments;
+        }
+        e.prepare_request(&cx, &mut rq);
+        e.insert_request(&cx, rq, false);
+        drop(guard);
+        // The run that follows at once shares the time the insertion read, if it read one.
+        self.run_hw_queue_at(hctx, cx.time_read());
+        Ok(())
     }
 
     /// With the usage count held: a request for `bio`, then plug, insert or issue.
