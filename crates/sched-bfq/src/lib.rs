@@ -23,18 +23,22 @@
 //!
 //! When the queue in service empties, the device may be left idle for up to
 //! [`Tunables::slice_idle_ns`] waiting for its next request ([`Elevator::next_timer`] gives
-//! the deadline; [`Elevator::dispatch_request`] returns `None` meanwhile): on rotational
-//! devices for a sequential queue with a short think time (idling keeps the head where it
-//! is), and on any device when the active queues are not symmetric (different weights,
-//! classes or groups, or raised queues), where idling is what enforces the shares. Seeky
-//! queues are idled 2 ms at most, raised ones at least 20 ms. While it idles for the shares
-//! alone and has nothing in flight, one request of another queue may be *injected* (one in
-//! the device at a time).
+//! the deadline; [`Elevator::dispatch_request`] returns `None` meanwhile): for any sync queue
+//! on a rotational device that does not queue commands itself (learnt from how many requests
+//! it takes), for a sequential queue with a short think time on a rotational device or one
+//! that does not queue (idling keeps the head where it is), and on any device when the active
+//! queues are not symmetric (different weights, classes or groups, or raised queues), where
+//! idling is what enforces the shares. Seeky queues are idled 2 ms at most, raised ones at
+//! least 20 ms. While it idles for the shares alone, has nothing in flight and thinks longer
+//! than an idle slice, one request of another queue may be *injected* (one in the device at a
+//! time). A queue in service that empties with nothing else queued or in flight keeps its turn
+//! for its own next request, if it comes within an idle slice.
 //!
 //! With [`Tunables::low_latency`], a new queue, or one idle for 2 s, is *weight-raised*
 //! (x30) for a time scaled by the peak rate (3 s to 13 s) or until it has received 120000
 //! sectors; a queue issuing little I/O at regular intervals is raised as soft real-time
-//! (x3000, 300 ms). A raised queue that becomes backlogged preempts the queue in service.
+//! (x3000, 300 ms); the idle class is never raised. A queue that becomes backlogged preempts
+//! the queue in service when its class is higher, or the same and it is raised more.
 //! Eight or more queues created within 180 ms of each other form a *large burst*, and get
 //! no raising. Depth limits ([`Elevator::limit_depth`]) keep async I/O to half the
 //! scheduler tags and sync writes to three quarters (less while a queue is raised).
