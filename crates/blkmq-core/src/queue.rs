@@ -2270,28 +2270,46 @@ impl<D: Driver> RequestQueue<D> {
         let mut alloc = Alloc::new(hctx, cpu);
         alloc.shallow_depth = shallow;
         // A scheduler tag is a bit taken from a bitmap: nothing here waits or locks.
-        let Ok(mut rq) = tags.alloc(&alloc) else {
+        let Ok(rq) = tags.alloc(&alloc) else {
             drop(guard);
             return self.alloc_and_go(bio, cpu, hctx, kind, None, Some(shallow));
         };
-        let segments = self.limits.segments(bio.op, bio.sector, bio.sectors);
-        if tags.set_bio(&mut rq, bio).is_err() {
-            // Our own fresh request: cannot fail. Should it, nothing is lost.
-            drop(guard);
-            let _ = tags.free(rq);
-            self.exit();
-            self.splits.end(bio, Status::IoErr);
-            return Ok(());
-        }
-        if let Ok(io) = tags.io_mut(&mut rq) {
-            io.segments = segments;
-        }
+        let mut rq = match self.fill(rq, bio) {
+            Ok(rq) => rq,
+            Err((rq, bio)) => {
+                drop(guard);
+                self.abandon(rq, bio);
+                return Ok(());
+            }
+        };
         e.prepare_request(&cx, &mut rq);
         e.insert_request(&cx, rq, false);
         drop(guard);
         // The run that follows at once shares the time the insertion read, if it read one.
         self.run_hw_queue_at(hctx, cx.time_read());
         Ok(())
+    }
+
+    /// Puts `bio` in the fresh request `rq`, with its segment count. That cannot fail for
+    /// our own request; should it, both come back for [`abandon`](Self::abandon).
+    fn fill(&self, mut rq: Rq, bio: Bio) -> Result<Rq, (Rq, Bio)> {
+        let tags = self.tags();
+        let segments = self.limits.segments(bio.op, bio.sector, bio.sectors);
+        if tags.set_bio(&mut rq, bio).is_err() {
+            return Err((rq, bio));
+        }
+        if let Ok(io) = tags.io_mut(&mut rq) {
+            io.segments = segments;
+        }
+        Ok(rq)
+    }
+
+    /// Gives up a submission whose request could not take its bio: the request freed, the
+    /// usage count let go, the bio ended. Nothing is lost.
+    fn abandon(&self, rq: Rq, bio: Bio) {
+        let _ = self.tags().free(rq);
+        self.exit();
+        self.splits.end(bio, Status::IoErr);
     }
 
     /// With the usage count held: a request for `bio`, then plug, insert or issue.
@@ -2317,7 +2335,7 @@ impl<D: Driver> RequestQueue<D> {
                     .and_then(|e| e.limit_depth(bio.op, bio.flags)),
             };
         }
-        let mut rq = match tags.alloc(&alloc) {
+        let rq = match tags.alloc(&alloc) {
             Ok(rq) => rq,
             Err(TagError::WouldBlock) => {
                 self.exit();
@@ -2329,17 +2347,13 @@ impl<D: Driver> RequestQueue<D> {
                 return Ok(());
             }
         };
-        let segments = self.limits.segments(bio.op, bio.sector, bio.sectors);
-        if tags.set_bio(&mut rq, bio).is_err() {
-            // Our own fresh request: cannot fail. Should it, nothing is lost.
-            let _ = tags.free(rq);
-            self.exit();
-            self.splits.end(bio, Status::IoErr);
-            return Ok(());
-        }
-        if let Ok(io) = tags.io_mut(&mut rq) {
-            io.segments = segments;
-        }
+        let mut rq = match self.fill(rq, bio) {
+            Ok(rq) => rq,
+            Err((rq, bio)) => {
+                self.abandon(rq, bio);
+                return Ok(());
+            }
+        };
         if elevated {
             let cx = self.elv_cx();
             let mut guard = self.elevator.lock();
