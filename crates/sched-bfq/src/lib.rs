@@ -295,7 +295,7 @@ struct Group {
     active: u32,
 }
 
-/// What is set for an issuer, and its lifetime counters.
+/// What is set for an issuer, and the lifetime counters of its freed queues.
 #[derive(Clone, Copy, Debug)]
 struct Issuer {
     weight: Option<u32>,
@@ -810,6 +810,10 @@ impl Bfq {
         };
         if entry.queue != NO_QUEUE {
             let q = &self.queues[entry.queue as usize];
+            // Its queue's counts, not yet folded into the issuer's.
+            stats.service_sectors += q.total_service;
+            stats.dispatched += q.total_dispatched;
+            stats.budget_timeouts += q.budget_timeouts;
             stats.weight = q.weight();
             stats.raised = q.wr_coeff > 1;
             stats.seeky = q.seeky();
@@ -989,6 +993,9 @@ impl Bfq {
             if let Some(entry) = self.issuers.get_mut(&IssuerId(queue.issuer)) {
                 if entry.queue == q {
                     entry.queue = NO_QUEUE;
+                    entry.service += queue.total_service;
+                    entry.dispatched += queue.total_dispatched;
+                    entry.budget_timeouts += queue.budget_timeouts;
                 }
             }
         } else {

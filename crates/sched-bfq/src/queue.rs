@@ -149,9 +149,10 @@ pub(crate) struct Queue {
     /// What the balance last counted for it: (weight, class, group, raised).
     pub(crate) counted: Option<(u32, Class, u32, bool)>,
 
-    /// Lifetime counters.
+    /// Lifetime counters, folded into its issuer's when the queue is freed.
     pub(crate) total_service: u64,
     pub(crate) total_dispatched: u64,
+    pub(crate) budget_timeouts: u64,
 }
 
 impl Queue {
@@ -195,6 +196,7 @@ impl Queue {
             counted: None,
             total_service: 0,
             total_dispatched: 0,
+            budget_timeouts: 0,
         }
     }
 

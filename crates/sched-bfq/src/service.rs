@@ -392,14 +392,6 @@ impl Bfq {
         if queue.wr_coeff > 1 {
             queue.service_from_wr += charge;
         }
-        if queue.sync {
-            let issuer = blkmq_core::IssuerId(queue.issuer);
-            if let Some(entry) = self.issuers.get_mut(&issuer) {
-                entry.service += charge;
-                entry.dispatched += 1;
-            }
-        }
-        let queue = &mut self.queues[q as usize];
         if injected || q != self.in_service {
             queue.pending_charge += charge;
         } else {
@@ -724,12 +716,7 @@ impl Bfq {
         }
         if why == Expiry::BudgetTimeout {
             self.stats.budget_timeouts += 1;
-            let queue = &self.queues[qi];
-            if queue.sync {
-                if let Some(entry) = self.issuers.get_mut(&blkmq_core::IssuerId(queue.issuer)) {
-                    entry.budget_timeouts += 1;
-                }
-            }
+            self.queues[qi].budget_timeouts += 1;
         }
         let queue = &mut self.queues[qi];
         let requeue = (!empty).then_some(queue.budget);
