@@ -755,7 +755,13 @@ impl Bfq {
         if group.0 as usize >= self.groups.len() {
             return Err(BfqError::NoSuchGroup);
         }
-        self.issuer_entry(issuer).group = group.0;
+        let entry = self.issuer_entry(issuer);
+        entry.group = group.0;
+        let q = entry.queue;
+        if q != NO_QUEUE {
+            // Its sync queue moves when next it becomes backlogged.
+            self.queues[q as usize].next_group = group.0;
+        }
         Ok(())
     }
 
@@ -942,6 +948,7 @@ impl Bfq {
         };
         let mut queue = Queue::new(entity, sync, class, weight, now);
         queue.group = group;
+        queue.next_group = group;
         queue.max_budget = 2 * self.max_budget_now() / 3;
         queue.soft_rt_next_start = now;
         let q = if let Some(q) = self.free_queues.pop() {

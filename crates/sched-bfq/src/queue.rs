@@ -96,6 +96,8 @@ pub(crate) struct Queue {
     pub(crate) issuer: u32,
     /// The group (index) it is under, and for an async queue its slot there.
     pub(crate) group: u32,
+    /// The group a sync queue moves to when next it becomes backlogged (its issuer's).
+    pub(crate) next_group: u32,
     pub(crate) async_slot: u8,
     pub(crate) class: Class,
     pub(crate) level: u8,
@@ -164,6 +166,7 @@ impl Queue {
             sync,
             issuer: 0,
             group: 0,
+            next_group: 0,
             async_slot: 0,
             class,
             level: 4,

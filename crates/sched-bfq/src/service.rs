@@ -498,10 +498,7 @@ impl Bfq {
         // Sync queues move to their issuer's group while inactive.
         let queue = &self.queues[qi];
         if queue.sync {
-            let group = self
-                .issuers
-                .get(&blkmq_core::IssuerId(queue.issuer))
-                .map_or(queue.group, |e| e.group);
+            let group = queue.next_group;
             if group != queue.group
                 && self
                     .sched
