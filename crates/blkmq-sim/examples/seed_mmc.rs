@@ -11,28 +11,8 @@ use blkmq_core::Elevator;
 use blkmq_sched_deadline::Deadline;
 use blkmq_sim::{
     CardParams, Dd, Find, FindParams, Iozone, IozoneGrid, IozoneParams, MmcCard, ModelDriver,
-    QueueId, Sim, side_by_side,
+    QueueId, SEED_000_BEFORE, Sim, side_by_side,
 };
-
-/// The seed's iozone grid before the switch to blk-mq.
-const BEFORE: &str = "\
-(kBytes/second)
-                                                    random    random
-    kB  reclen    write  rewrite    read    reread    read     write
- 20480       4     2112     2157     6052     6060     6025       40
- 20480       8     4820     5074     9163     9121     9125       81
- 20480      16     5755     5242    12317    12320    12280      165
- 20480      32     6176     6261    14981    14987    14962      336
- 20480      64     6547     5875    16826    16828    16810      692
- 20480     128     6762     6828    17899    17896    17896     1408
- 20480     256     6802     6871    16960    17513    18373     3048
- 20480     512     7220     7252    18675    18746    18741     7228
- 20480    1024     7222     7304    18436    17858    18246     7322
- 20480    2048     7316     7398    18744    18751    18526     7419
- 20480    4096     7520     7636    20774    20995    20703     7609
- 20480    8192     7519     7704    21850    21489    21467     7663
- 20480   16384     7395     7782    22399    22210    22215     7781
-";
 
 /// The card behind the model driver, with or without mq-deadline.
 type CardSim = (Sim<ModelDriver<MmcCard>>, QueueId);
@@ -67,7 +47,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         s.run()?;
         grids.push(s.workload(id).grid().clone());
     }
-    let before = IozoneGrid::parse(BEFORE).ok_or("seed grid")?;
+    let before = IozoneGrid::parse(SEED_000_BEFORE).ok_or("seed grid")?;
     println!(
         "{}",
         side_by_side(&[("none", &dd[0]), ("mq-deadline", &dd[1])])

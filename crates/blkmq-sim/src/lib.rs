@@ -49,6 +49,7 @@ mod driver;
 mod platform;
 mod report;
 mod rng;
+mod seed;
 mod sim;
 mod workload;
 
@@ -63,6 +64,7 @@ pub use report::{
     issuer_table, real_line, side_by_side,
 };
 pub use rng::SimRng;
+pub use seed::{SEED_000_AFTER, SEED_000_BEFORE};
 pub use sim::{QueueId, Sim, SimConfig, SimError, WorkloadId};
 pub use workload::{
     Cx, Dd, DdResult, Done, Find, FindParams, FioJob, IOZONE_TESTS, Io, Iozone, IozoneGrid,
