@@ -1,12 +1,9 @@
 //! An ideal device: every command takes a fixed latency plus its bytes at a bandwidth, in
 //! parallel with every other, up to a queue depth. No state, so tests can predict it.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
-
 use blkmq_core::QueueLimits;
 
-use super::{CmdId, Command, DeviceModel, DeviceStats, ParamError, require, transfer_ns};
+use super::{CmdId, Command, DeviceModel, DeviceStats, ParamError, Running, require, transfer_ns};
 
 /// The parameters of an [`Ideal`] device. The defaults are round numbers, not a product.
 ///
@@ -58,8 +55,7 @@ impl Default for IdealParams {
 pub struct Ideal {
     params: IdealParams,
     /// (end, arrival number, id) of each command in progress.
-    running: BinaryHeap<Reverse<(u64, u64, CmdId)>>,
-    arrivals: u64,
+    running: Running,
     stats: DeviceStats,
 }
 
@@ -83,8 +79,7 @@ impl Ideal {
         )?;
         Ok(Self {
             params,
-            running: BinaryHeap::new(),
-            arrivals: 0,
+            running: Running::default(),
             stats: DeviceStats::default(),
         })
     }
@@ -131,24 +126,16 @@ impl DeviceModel for Ideal {
         let service = self.service_ns(now_ns, &cmd);
         self.stats.count(&cmd);
         self.stats.busy_ns += service;
-        self.running
-            .push(Reverse((now_ns + service, self.arrivals, id)));
-        self.arrivals += 1;
+        self.running.push(now_ns + service, id);
         Ok(())
     }
 
     fn next_completion(&self) -> Option<u64> {
-        self.running.peek().map(|Reverse((end, _, _))| *end)
+        self.running.next_end()
     }
 
     fn complete(&mut self, now_ns: u64, done: &mut Vec<CmdId>) {
-        while let Some(&Reverse((end, _, id))) = self.running.peek() {
-            if end > now_ns {
-                break;
-            }
-            self.running.pop();
-            done.push(id);
-        }
+        self.running.complete(now_ns, done);
     }
 
     fn in_flight(&self) -> usize {

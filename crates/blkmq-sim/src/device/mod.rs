@@ -399,3 +399,41 @@ mod tests {
         assert_eq!(t.find(0, 100), 0); // the past is forgotten
     }
 }
+
+/// Commands in a device that serves them in parallel, by when each ends (ties in arrival
+/// order): what [`DeviceModel::next_completion`] and [`DeviceModel::complete`] read.
+#[derive(Debug, Default)]
+pub(crate) struct Running {
+    heap: std::collections::BinaryHeap<std::cmp::Reverse<(u64, u64, CmdId)>>,
+    arrivals: u64,
+}
+
+impl Running {
+    /// `id`, ending at `end_ns`.
+    pub(crate) fn push(&mut self, end_ns: u64, id: CmdId) {
+        self.heap
+            .push(std::cmp::Reverse((end_ns, self.arrivals, id)));
+        self.arrivals += 1;
+    }
+
+    /// When the first of them ends.
+    pub(crate) fn next_end(&self) -> Option<u64> {
+        self.heap.peek().map(|std::cmp::Reverse((end, _, _))| *end)
+    }
+
+    /// Moves those ended by `now_ns` to `done`, in order.
+    pub(crate) fn complete(&mut self, now_ns: u64, done: &mut Vec<CmdId>) {
+        while let Some(&std::cmp::Reverse((end, _, id))) = self.heap.peek() {
+            if end > now_ns {
+                break;
+            }
+            self.heap.pop();
+            done.push(id);
+        }
+    }
+
+    /// How many there are.
+    pub(crate) fn len(&self) -> usize {
+        self.heap.len()
+    }
+}

@@ -1,11 +1,10 @@
 //! A flash SSD: `channels` NAND units working in parallel behind one host link.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
-
 use blkmq_core::{Op, QueueLimits, SECTOR_SIZE};
 
-use super::{CmdId, Command, DeviceModel, DeviceStats, ParamError, Timeline, require, transfer_ns};
+use super::{
+    CmdId, Command, DeviceModel, DeviceStats, ParamError, Running, Timeline, require, transfer_ns,
+};
 
 /// The parameters of an [`Ssd`], with the sources of their defaults below.
 ///
@@ -103,8 +102,7 @@ pub struct Ssd {
     free: Vec<u64>,
     link: Timeline,
     /// (end, arrival number, id) of each command in progress.
-    running: BinaryHeap<Reverse<(u64, u64, CmdId)>>,
-    arrivals: u64,
+    running: Running,
     stats: DeviceStats,
     /// Scratch: (stripes, bytes) per channel of the command being placed.
     share: Vec<(u64, u64)>,
@@ -140,8 +138,7 @@ impl Ssd {
             params,
             free: vec![0; params.channels],
             link: Timeline::default(),
-            running: BinaryHeap::new(),
-            arrivals: 0,
+            running: Running::default(),
             stats: DeviceStats::default(),
             share: vec![(0, 0); params.channels],
         };
@@ -295,23 +292,16 @@ impl DeviceModel for Ssd {
         self.link = link;
         self.stats.count(&cmd);
         self.stats.busy_ns += done - now_ns;
-        self.running.push(Reverse((done, self.arrivals, id)));
-        self.arrivals += 1;
+        self.running.push(done, id);
         Ok(())
     }
 
     fn next_completion(&self) -> Option<u64> {
-        self.running.peek().map(|Reverse((end, _, _))| *end)
+        self.running.next_end()
     }
 
     fn complete(&mut self, now_ns: u64, done: &mut Vec<CmdId>) {
-        while let Some(&Reverse((end, _, id))) = self.running.peek() {
-            if end > now_ns {
-                break;
-            }
-            self.running.pop();
-            done.push(id);
-        }
+        self.running.complete(now_ns, done);
     }
 
     fn in_flight(&self) -> usize {
