@@ -1331,3 +1331,46 @@ fn merge_held<E: Elevator + ?Sized>(elv: &mut E, cx: &ElvCx<'_>, into: usize, fr
 
 /// `ElvCx::now_ns` reads the time from the backend (a queue's platform) when asked.
 pub(crate) const ASK_BACKEND: u64 = u64::MAX;
+
+/// A scheduler tunable refused: its name and the value given (what every elevator's setters
+/// answer for a value out of range).
+///
+/// ```
+/// use blkmq_core::TunableError;
+/// assert_eq!(TunableError::check("fifo_batch", 16, (1..=65536).contains(&16)), Ok(()));
+/// let err = TunableError::check("fifo_batch", 0, false).unwrap_err();
+/// assert_eq!(err, TunableError { name: "fifo_batch", value: 0 });
+/// assert_eq!(err.to_string(), "fifo_batch = 0 is out of range");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TunableError {
+    /// The tunable.
+    pub name: &'static str,
+    /// The value refused.
+    pub value: u64,
+}
+
+impl TunableError {
+    /// `Ok` when `ok`, else the error for `name` set to `value`.
+    ///
+    /// ```
+    /// use blkmq_core::TunableError;
+    /// let slice_idle = 9_000_000u64;
+    /// assert!(TunableError::check("slice_idle", slice_idle, slice_idle <= 1_000_000_000).is_ok());
+    /// ```
+    pub fn check(name: &'static str, value: u64, ok: bool) -> Result<(), TunableError> {
+        if ok {
+            Ok(())
+        } else {
+            Err(TunableError { name, value })
+        }
+    }
+}
+
+impl core::fmt::Display for TunableError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{} = {} is out of range", self.name, self.value)
+    }
+}
+
+impl core::error::Error for TunableError {}

@@ -73,7 +73,7 @@ mod tagset;
 
 pub use bio::{Bio, BioFlags, EndIo, IoPrio, IoPrioClass, IssuerId, Op, SECTOR_SIZE, Status};
 pub use driver::{Driver, HctxCx, Rejected, RqBatch, TimeoutAction};
-pub use elevator::{Elevator, ElvCx};
+pub use elevator::{Elevator, ElvCx, TunableError};
 pub use error::{ConfigError, TagError};
 pub use limits::{MAX_CAPACITY, MergeKind, QueueLimits};
 #[cfg(all(feature = "std", not(loom)))]

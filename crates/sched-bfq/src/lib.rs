@@ -112,13 +112,15 @@ use core::fmt;
 use blkmq_core::sched_index::{KeyLists, SortedRequests};
 use blkmq_core::{Bio, BioFlags, Elevator, ElvCx, IoPrio, IssuerId, MergeKind, Op, Rq, RqIo};
 
+/// A tunable refused (shared by every scheduler).
+pub use blkmq_core::TunableError;
 use burst::Burst;
 use queue::{NO_QUEUE, Queue, class_of, prio_weight};
 use rate::PeakRate;
 use slot_list::SlotList;
 pub use tunables::{
     MAX_BACK_SEEK_KIB, MAX_BACK_SEEK_PENALTY, MAX_BUDGET, MAX_EXPIRE_NS, MAX_SLICE_IDLE_NS,
-    TunableError, Tunables,
+    Tunables,
 };
 use wf2q::{Class, EntityId, Wf2q};
 

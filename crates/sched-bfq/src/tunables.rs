@@ -1,6 +1,6 @@
 //! BFQ's tunables, their defaults (Linux's) and their valid ranges.
 
-use core::fmt;
+use blkmq_core::TunableError;
 
 pub(crate) const MS: u64 = 1_000_000;
 
@@ -106,64 +106,33 @@ impl Default for Tunables {
     }
 }
 
-/// A tunable refused: its name and the value given.
-///
-/// ```
-/// use blkmq_sched_bfq::{Bfq, TunableError};
-/// let mut bfq = Bfq::new();
-/// assert_eq!(bfq.set_timeout_sync(0), Err(TunableError { name: "timeout_sync", value: 0 }));
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TunableError {
-    /// The tunable.
-    pub name: &'static str,
-    /// The value refused.
-    pub value: u64,
-}
-
-impl fmt::Display for TunableError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} = {} is out of range", self.name, self.value)
-    }
-}
-
-impl core::error::Error for TunableError {}
-
-pub(crate) fn check(name: &'static str, value: u64, ok: bool) -> Result<(), TunableError> {
-    if ok {
-        Ok(())
-    } else {
-        Err(TunableError { name, value })
-    }
-}
-
 impl Tunables {
     pub(crate) fn check_slice_idle(ns: u64) -> Result<(), TunableError> {
-        check("slice_idle", ns, ns <= MAX_SLICE_IDLE_NS)
+        TunableError::check("slice_idle", ns, ns <= MAX_SLICE_IDLE_NS)
     }
 
     pub(crate) fn check_timeout_sync(ns: u64) -> Result<(), TunableError> {
-        check("timeout_sync", ns, (MS..=MAX_EXPIRE_NS).contains(&ns))
+        TunableError::check("timeout_sync", ns, (MS..=MAX_EXPIRE_NS).contains(&ns))
     }
 
     pub(crate) fn check_max_budget(sectors: u64) -> Result<(), TunableError> {
-        check("max_budget", sectors, sectors <= MAX_BUDGET)
+        TunableError::check("max_budget", sectors, sectors <= MAX_BUDGET)
     }
 
     pub(crate) fn check_fifo_expire_sync(ns: u64) -> Result<(), TunableError> {
-        check("fifo_expire_sync", ns, ns <= MAX_EXPIRE_NS)
+        TunableError::check("fifo_expire_sync", ns, ns <= MAX_EXPIRE_NS)
     }
 
     pub(crate) fn check_fifo_expire_async(ns: u64) -> Result<(), TunableError> {
-        check("fifo_expire_async", ns, ns <= MAX_EXPIRE_NS)
+        TunableError::check("fifo_expire_async", ns, ns <= MAX_EXPIRE_NS)
     }
 
     pub(crate) fn check_back_seek_max(kib: u64) -> Result<(), TunableError> {
-        check("back_seek_max", kib, kib <= MAX_BACK_SEEK_KIB)
+        TunableError::check("back_seek_max", kib, kib <= MAX_BACK_SEEK_KIB)
     }
 
     pub(crate) fn check_back_seek_penalty(n: u32) -> Result<(), TunableError> {
-        check(
+        TunableError::check(
             "back_seek_penalty",
             n.into(),
             (1..=MAX_BACK_SEEK_PENALTY).contains(&n),

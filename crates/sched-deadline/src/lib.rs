@@ -125,28 +125,14 @@ impl Default for Tunables {
     }
 }
 
-/// A tunable refused: its name and the value given.
+/// A tunable refused (shared by every scheduler).
 ///
 /// ```
 /// use blkmq_sched_deadline::{Deadline, TunableError};
 /// let mut dd = Deadline::new();
 /// assert_eq!(dd.set_fifo_batch(0), Err(TunableError { name: "fifo_batch", value: 0 }));
 /// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TunableError {
-    /// The tunable.
-    pub name: &'static str,
-    /// The value refused.
-    pub value: u64,
-}
-
-impl fmt::Display for TunableError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} = {} is out of range", self.name, self.value)
-    }
-}
-
-impl core::error::Error for TunableError {}
+pub use blkmq_core::TunableError;
 
 /// Counters of one priority class.
 ///
@@ -258,20 +244,12 @@ impl Deadline {
         self.lists.total()
     }
 
-    fn check(name: &'static str, value: u64, ok: bool) -> Result<(), TunableError> {
-        if ok {
-            Ok(())
-        } else {
-            Err(TunableError { name, value })
-        }
-    }
-
     /// Sets `read_expire` (0 to [`MAX_EXPIRE_NS`]).
     ///
     /// # Errors
     /// [`TunableError`] out of range.
     pub fn set_read_expire(&mut self, ns: u64) -> Result<(), TunableError> {
-        Self::check("read_expire", ns, ns <= MAX_EXPIRE_NS)?;
+        TunableError::check("read_expire", ns, ns <= MAX_EXPIRE_NS)?;
         self.tunables.read_expire_ns = ns;
         Ok(())
     }
@@ -281,7 +259,7 @@ impl Deadline {
     /// # Errors
     /// [`TunableError`] out of range.
     pub fn set_write_expire(&mut self, ns: u64) -> Result<(), TunableError> {
-        Self::check("write_expire", ns, ns <= MAX_EXPIRE_NS)?;
+        TunableError::check("write_expire", ns, ns <= MAX_EXPIRE_NS)?;
         self.tunables.write_expire_ns = ns;
         Ok(())
     }
@@ -291,7 +269,7 @@ impl Deadline {
     /// # Errors
     /// [`TunableError`] out of range.
     pub fn set_writes_starved(&mut self, n: u32) -> Result<(), TunableError> {
-        Self::check("writes_starved", n.into(), n <= MAX_BATCH)?;
+        TunableError::check("writes_starved", n.into(), n <= MAX_BATCH)?;
         self.tunables.writes_starved = n;
         Ok(())
     }
@@ -306,7 +284,7 @@ impl Deadline {
     /// # Errors
     /// [`TunableError`] out of range.
     pub fn set_fifo_batch(&mut self, n: u32) -> Result<(), TunableError> {
-        Self::check("fifo_batch", n.into(), (1..=MAX_BATCH).contains(&n))?;
+        TunableError::check("fifo_batch", n.into(), (1..=MAX_BATCH).contains(&n))?;
         self.tunables.fifo_batch = n;
         Ok(())
     }
@@ -321,7 +299,7 @@ impl Deadline {
         } else {
             self.nr_requests
         };
-        Self::check("async_depth", depth as u64, (1..=max).contains(&depth))?;
+        TunableError::check("async_depth", depth as u64, (1..=max).contains(&depth))?;
         self.tunables.async_depth = depth;
         Ok(())
     }
@@ -331,7 +309,7 @@ impl Deadline {
     /// # Errors
     /// [`TunableError`] out of range.
     pub fn set_prio_aging_expire(&mut self, ns: u64) -> Result<(), TunableError> {
-        Self::check("prio_aging_expire", ns, ns <= MAX_EXPIRE_NS)?;
+        TunableError::check("prio_aging_expire", ns, ns <= MAX_EXPIRE_NS)?;
         self.tunables.prio_aging_expire_ns = ns;
         Ok(())
     }
