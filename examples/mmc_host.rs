@@ -5,6 +5,7 @@
 //! ```text
 //! cargo run --release --example mmc_host            # the seed's scale
 //! cargo run --release --example mmc_host -- small   # the test's: dd of 64 MiB, fewer records
+//! cargo run --release --example mmc_host -- --thread-wake-us=40  # another queue thread
 //! ```
 //!
 //! The driver (`MmcHost` in `mmc_host/host.rs`) has one hardware queue of depth 2: the
@@ -13,8 +14,10 @@
 //! answers `Status::Resource` when both slots are taken. The card's interrupt finishes the
 //! command, starts the prepared one and ends the finished request, which frees its tag and
 //! reruns the queue: the driver takes requests when the queue hands them over and never
-//! looks for work itself. The queue limits are an sdhci host's: 512 KiB per request, 128
-//! segments of at most 64 KiB.
+//! looks for work itself. It has no thread: Linux's legacy path (and the naive switch to
+//! blk-mq) took every request and started every command from the queue thread `mmcqd`,
+//! which had to wake each time. The queue limits are an sdhci host's: 512 KiB per
+//! request, 128 segments of at most 64 KiB.
 //!
 //! # Reading the output
 //!
@@ -23,18 +26,21 @@
 //! 2. The simulated columns side by side, in the same formats, then what each driver did
 //!    over the three runs. `naive` is the AFTER set-up: no merging (`dd`'s bios carry
 //!    `NOMERGE`, so its plug merges nothing, and every refill after the first is a single
-//!    bio), one tag, and a driver that handles one request at a time, preparing it only
-//!    once the previous one is done. `none`, `mq-deadline` and `bfq` run the driver above
+//!    bio), one tag, and a driver whose thread handles one request at a time, preparing it
+//!    only once the previous one is done. `none`, `mq-deadline` and `bfq` run the driver above
 //!    with no scheduler, mq-deadline and BFQ (each scheduler holding 128 requests, as
 //!    Linux's MMC queue of depth 64 gives it). `dd` is the simulator's page-cache-like reader (128
 //!    KiB readahead bios, two in flight, submitted under a plug). A new scheduler is one
 //!    more entry in `COLUMNS`.
-//! 3. The calibration: the card driven as the legacy path drove it (the simulator's
-//!    generic driver, which prepares ahead, behind mq-deadline's sorting and merging; "the
-//!    model's BEFORE") against the seed's BEFORE, figure by figure: `dd` within 5%, `find`
-//!    within 10%, each iozone cell within 20%. The card keeps the simulator's default
-//!    parameters, already fitted to these figures: every one is within its limit, so none
-//!    was changed.
+//! 3. The calibration: the card driven as the legacy path drove it (its queue thread,
+//!    `blkmq_sim::LegacyMmc`, which prepares ahead and wakes to start every command, behind
+//!    the simulator's generic driver and mq-deadline's sorting and merging; "the model's
+//!    BEFORE") against the seed's BEFORE, figure by figure: `dd` within 5%, `find` within
+//!    10%, each iozone cell within 20%. The card keeps the simulator's default parameters,
+//!    already fitted to these figures with the thread's wake-up
+//!    (`blkmq_sim::QUEUE_THREAD_WAKE_NS`, 10 us): every one is within its limit, so none
+//!    was changed. With `--thread-wake-us=N` the card is refitted for another wake-up
+//!    (the legacy path's figures stay the same; the pipelined driver saves more or less).
 //! 4. The directions: `naive` should be worse than BEFORE on `dd` and `find`; `none`,
 //!    `mq-deadline` and `bfq` no worse on `dd`, `find` and the iozone read, reread and random
 //!    read cells. Each check is marked against the seed's BEFORE and against the model's; the
@@ -48,31 +54,43 @@
 //! * The naive set-up loses `dd` (17.5 MB/s, the seed's AFTER 16.9) and every read of a
 //!   record larger than one request (18803 kB/s from 1 MiB records up, the seed's AFTER
 //!   17679 to 18889): each request's preparation is paid on an idle bus.
-//! * `none`, `mq-deadline` and `bfq` equal the model's BEFORE on every figure, exactly:
-//!   with the next request prepared behind the running one, the card is as busy as the
-//!   legacy path kept it, and at `dd`'s two bios in flight nothing waits in a scheduler
-//!   long enough to merge. So against the seed's own BEFORE they land where the
-//!   calibration does: a few hundredths of a percent to 0.63% under it on `dd` and the 4
-//!   and 8 kB reads, 0.29% over it on `find`, on or above it everywhere else.
+//! * `none`, `mq-deadline` and `bfq` are at or above both BEFOREs on every figure checked.
+//!   With the next request prepared behind the running one, the card is as busy as the
+//!   legacy path kept it, and more: no thread wakes between one command's interrupt and the
+//!   next command's start (`dd` 21.466 MB/s, the model's BEFORE 21.429 and the seed's
+//!   21.431), or to take a request and to see it end one at a time (`find` 3.557 s against
+//!   3.610 and 3.600; 4 kB reads 6209 kB/s against 6022 and at most 6060). Records of
+//!   several requests gain more (1 MiB: 20514 kB/s, the seed 18436). At `dd`'s two bios in
+//!   flight nothing waits in a scheduler long enough to merge, so the three are equal.
 //! * Under the writers, the start-up waits behind the writeback with `none` and
 //!   `mq-deadline` (several hundred times its idle time); BFQ raises the new issuer's weight
-//!   and lets it preempt the writers' queue, so it takes about 2.4x its idle time while the
+//!   and lets it preempt the writers' queue, so it takes about 2.5x its idle time while the
 //!   writers keep their rate.
-//! * `find` is the same in every column: its reads are synchronous, one at a time, 4 KiB
-//!   each; there is nothing to prepare ahead, merge or sort. The model cannot make the
-//!   naive set-up lose the seed's 0.82 s there (306 us per read, where iozone's 4 kB reads,
+//! * `find`'s reads are synchronous, one at a time, 4 KiB each; there is nothing to prepare
+//!   ahead, merge or sort. The pipelined driver saves the thread's two wake-ups per read;
+//!   the naive set-up, whose thread wakes as the legacy one did, ties the model's BEFORE.
+//!   The model cannot make it lose the seed's 0.82 s there (306 us per read, where iozone's 4 kB reads,
 //!   also one at a time, lost 0.5%): that loss lies outside a per-request card model.
 
 #[path = "mmc_host/host.rs"]
 mod host;
 
 fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let scale = match std::env::args().nth(1).as_deref() {
-        None => host::Scale::SEED,
-        Some("small") => host::Scale::SMALL,
-        Some(other) => return Err(format!("unknown argument {other:?}: try `small`").into()),
-    };
-    let results = host::run_all(host::card_params(), scale)?;
+    let mut scale = host::Scale::SEED;
+    let mut setup = host::Setup::seed();
+    for arg in std::env::args().skip(1) {
+        if arg == "small" {
+            scale = host::Scale::SMALL;
+        } else if let Some(us) = arg.strip_prefix("--thread-wake-us=") {
+            let wake_ns = us.parse::<u64>()?.saturating_mul(1_000);
+            setup = host::Setup::with_thread_wake(wake_ns)
+                .ok_or("a wake-up longer than the fitted command or preparation time")?;
+        } else {
+            let usage = "try `small` and `--thread-wake-us=N`";
+            return Err(format!("unknown argument {arg:?}: {usage}").into());
+        }
+    }
+    let results = host::run_all(setup, scale)?;
     print!("{}", host::report(&results)?);
     Ok(())
 }

@@ -14,8 +14,8 @@ use blkmq_sched_bfq::Bfq;
 use blkmq_sched_deadline::Deadline;
 use blkmq_sim::{
     CardParams, CmdId, Command, Dd, DdResult, Find, FindParams, FioJob, IOZONE_TESTS, Iozone,
-    IozoneGrid, IozoneParams, IozoneTest, IrqCx, MmcCard, Pattern, QueueId, Sim, SimDriver,
-    SimPlatform, SimStats, real_line, side_by_side,
+    IozoneGrid, IozoneParams, IozoneTest, IrqCx, LegacyMmc, MmcCard, Pattern, QUEUE_THREAD_WAKE_NS,
+    QueueId, Sim, SimDriver, SimPlatform, SimStats, real_line, side_by_side,
 };
 
 /// What can go wrong setting up or running a scenario.
@@ -40,9 +40,10 @@ const CARD_IRQ: u64 = 0;
 /// host may prepare meanwhile).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum HostStyle {
-    /// One request at a time: prepare it, start it, wait for the card, then take the next
-    /// one, its preparation starting only then: the timing of the old `mmc_queue_thread()`
-    /// loop that the naive switch to blk-mq kept.
+    /// One request at a time, by the old `mmc_queue_thread()` loop that the naive switch to
+    /// blk-mq kept: the thread wakes ([`QUEUE_THREAD_WAKE_NS`]) to take the request,
+    /// prepares and starts it, and wakes again at the card's interrupt to end it; the next
+    /// one's preparation starts only then.
     OneAtATime,
     /// One command on the bus and the next one prepared behind it, started by the
     /// interrupt that ends the first: preparation hides behind the transfer.
@@ -88,6 +89,8 @@ struct HostState {
 pub(crate) struct MmcHost {
     platform: SimPlatform,
     style: HostStyle,
+    /// The wake-up of the naive driver's thread.
+    thread_wake_ns: u64,
     state: Mutex<HostState>,
 }
 
@@ -97,6 +100,7 @@ impl MmcHost {
         Self {
             platform,
             style,
+            thread_wake_ns: QUEUE_THREAD_WAKE_NS,
             state: Mutex::new(HostState {
                 card,
                 on_bus: None,
@@ -126,6 +130,22 @@ impl MmcHost {
     pub(crate) fn stats(&self) -> HostStats {
         self.lock().stats
     }
+
+    /// With the naive driver's thread waking in `wake_ns` (default
+    /// [`QUEUE_THREAD_WAKE_NS`]); the pipelined driver has no thread.
+    pub(crate) fn thread_wake(mut self, wake_ns: u64) -> Self {
+        self.thread_wake_ns = wake_ns;
+        self
+    }
+
+    /// The wake-up of the driver's own thread before each start and each completion: the
+    /// naive driver's; none for the pipelined one.
+    fn thread_wake_ns(&self) -> u64 {
+        match self.style {
+            HostStyle::OneAtATime => self.thread_wake_ns,
+            HostStyle::Pipelined => 0,
+        }
+    }
 }
 
 impl Driver for MmcHost {
@@ -150,8 +170,10 @@ impl Driver for MmcHost {
         let mut st = self.lock();
         let id = st.next_id;
         if st.on_bus.is_none() && st.prepared.is_none() {
-            if let Ok(done_at) = st.card.start(now, id, cmd) {
-                self.platform.raise_irq(done_at, CARD_IRQ);
+            // The naive driver's thread wakes to start the command, and again to see it end.
+            let wake = self.thread_wake_ns();
+            if let Ok(done_at) = st.card.start(now + wake, id, cmd) {
+                self.platform.raise_irq(done_at + wake, CARD_IRQ);
                 st.on_bus = Some((id, rq));
                 st.next_id += 1;
                 st.stats.started_idle += 1;
@@ -281,10 +303,43 @@ pub(crate) const COLUMNS: [Column; 4] = [
     },
 ];
 
-/// The card the scenarios run on: the simulator's defaults, fitted to the seed's BEFORE
-/// (the calibration below checks them; no parameter needed changing).
-pub(crate) fn card_params() -> CardParams {
-    CardParams::default()
+/// The card the scenarios run on, and the wake-up of the queue thread that the legacy path
+/// and the naive driver start their commands from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Setup {
+    /// The card.
+    pub(crate) card: CardParams,
+    /// The queue thread's wake-up.
+    pub(crate) thread_wake_ns: u64,
+}
+
+impl Setup {
+    /// The seed's: the simulator's card defaults, fitted to the seed's BEFORE with its
+    /// queue thread's wake-up (the calibration below checks them; no parameter needed
+    /// changing).
+    pub(crate) fn seed() -> Setup {
+        Setup {
+            card: CardParams::default(),
+            thread_wake_ns: QUEUE_THREAD_WAKE_NS,
+        }
+    }
+
+    /// The same fit with a thread that wakes in `wake_ns`: what the thread does not take
+    /// of the fitted times, the card's commands and the host's preparation do (each
+    /// command start and each completion at depth 1 waits one wake-up; so does each start
+    /// behind another command).
+    pub(crate) fn with_thread_wake(wake_ns: u64) -> Option<Setup> {
+        let seed = Setup::seed();
+        let fitted = |ns: u64| (ns + QUEUE_THREAD_WAKE_NS).checked_sub(wake_ns);
+        let mut card = seed.card;
+        card.prepare_ns = fitted(card.prepare_ns)?;
+        card.read.command_ns = fitted(card.read.command_ns)?;
+        card.write.command_ns = fitted(card.write.command_ns)?;
+        Some(Setup {
+            card,
+            thread_wake_ns: wake_ns,
+        })
+    }
 }
 
 /// How much of each benchmark to run.
@@ -463,9 +518,10 @@ fn measure<D: SimDriver>(
 }
 
 /// A simulation of the card behind [`MmcHost`], set up as `column` says.
-pub(crate) fn host_sim(column: &Column, params: CardParams) -> Fallible<(Sim<MmcHost>, QueueId)> {
+pub(crate) fn host_sim(column: &Column, setup: Setup) -> Fallible<(Sim<MmcHost>, QueueId)> {
     let platform = SimPlatform::new(1);
-    let host = MmcHost::new(platform.clone(), MmcCard::new(params)?, column.style);
+    let host = MmcHost::new(platform.clone(), MmcCard::new(setup.card)?, column.style)
+        .thread_wake(setup.thread_wake_ns);
     let mut config = QueueConfig::new(host.limits());
     if let Some(elevator) = (column.elevator)() {
         config = config.elevator(elevator).nr_requests(SCHED_REQUESTS);
@@ -476,7 +532,7 @@ pub(crate) fn host_sim(column: &Column, params: CardParams) -> Fallible<(Sim<Mmc
 }
 
 /// The figures of `column` at `scale`.
-pub(crate) fn run_column(column: &Column, params: CardParams, scale: Scale) -> Fallible<Figures> {
+pub(crate) fn run_column(column: &Column, setup: Setup, scale: Scale) -> Fallible<Figures> {
     let flags = if column.nomerge {
         BioFlags::NOMERGE
     } else {
@@ -485,20 +541,21 @@ pub(crate) fn run_column(column: &Column, params: CardParams, scale: Scale) -> F
     measure(
         scale,
         flags,
-        || host_sim(column, params),
+        || host_sim(column, setup),
         |host| Some(host.stats()),
     )
 }
 
 /// The card driven as Linux's legacy single-queue path drove it, the set-up the card's
-/// parameters were fitted with: the simulator's generic driver, which prepares the next
-/// request while one is on the bus, behind a sorting and merging elevator.
-pub(crate) fn run_legacy(params: CardParams, scale: Scale) -> Fallible<Figures> {
+/// parameters were fitted with: its queue thread ([`LegacyMmc`]), which prepares the next
+/// request while one is on the bus and wakes to start every command, behind the
+/// simulator's generic driver and a sorting and merging elevator.
+pub(crate) fn run_legacy(setup: Setup, scale: Scale) -> Fallible<Figures> {
     measure(
         scale,
         BioFlags::empty(),
         || {
-            let card = MmcCard::new(params)?;
+            let card = LegacyMmc::new(MmcCard::new(setup.card)?, setup.thread_wake_ns);
             Ok(Sim::for_model(card, 1, mq_deadline())?)
         },
         |_| None,
@@ -538,8 +595,8 @@ impl Startup {
 
 /// The start-up burst on `column`, with the background writers when `loaded`: its time
 /// from start to last completion, and the writers' rate over the run.
-fn startup_run(column: &Column, params: CardParams, loaded: bool) -> Fallible<(u64, u64)> {
-    let (mut sim, queue) = host_sim(column, params)?;
+fn startup_run(column: &Column, setup: Setup, loaded: bool) -> Fallible<(u64, u64)> {
+    let (mut sim, queue) = host_sim(column, setup)?;
     let mut writers = Vec::new();
     if loaded {
         for i in 0..STARTUP_WRITERS {
@@ -578,9 +635,9 @@ fn startup_run(column: &Column, params: CardParams, loaded: bool) -> Fallible<(u
 }
 
 /// The start-up burst on `column`, idle and loaded.
-pub(crate) fn run_startup(column: &Column, params: CardParams) -> Fallible<Startup> {
-    let (idle_ns, _) = startup_run(column, params, false)?;
-    let (loaded_ns, writers_bytes_per_sec) = startup_run(column, params, true)?;
+pub(crate) fn run_startup(column: &Column, setup: Setup) -> Fallible<Startup> {
+    let (idle_ns, _) = startup_run(column, setup, false)?;
+    let (loaded_ns, writers_bytes_per_sec) = startup_run(column, setup, true)?;
     Ok(Startup {
         idle_ns,
         loaded_ns,
@@ -627,15 +684,15 @@ pub(crate) struct Results {
 }
 
 /// Runs the legacy calibration and every column at `scale`, one thread each.
-pub(crate) fn run_all(params: CardParams, scale: Scale) -> Fallible<Results> {
+pub(crate) fn run_all(setup: Setup, scale: Scale) -> Fallible<Results> {
     std::thread::scope(|s| {
-        let legacy = s.spawn(move || run_legacy(params, scale));
+        let legacy = s.spawn(move || run_legacy(setup, scale));
         let columns: Vec<_> = COLUMNS
             .iter()
-            .map(|column| s.spawn(move || run_column(column, params, scale)))
+            .map(|column| s.spawn(move || run_column(column, setup, scale)))
             .collect();
         let startups: Vec<_> = startup_columns()
-            .map(|column| s.spawn(move || run_startup(column, params)))
+            .map(|column| s.spawn(move || run_startup(column, setup)))
             .collect();
         fn join<T>(r: std::thread::Result<Fallible<T>>) -> Fallible<T> {
             r.map_err(|_| "a simulation panicked")?

@@ -1,7 +1,8 @@
 //! The seed 000 benchmarks (`dd`, `find`, `iozone -az -i0 -i1 -i2 -s 20m -I`) on the SD
-//! card model behind the generic model driver (which prepares the next command while one
-//! is on the bus, as Linux's legacy MMC path did), with no scheduler and with
-//! mq-deadline side by side, next to the seed's "BEFORE" figures.
+//! card model driven as Linux's legacy MMC path drove it (its queue thread, which prepares
+//! the next command while one is on the bus and wakes to start each, behind the generic
+//! model driver), with no scheduler and with mq-deadline side by side, next to the seed's
+//! "BEFORE" figures.
 //!
 //! ```text
 //! cargo run --release -p blkmq-sim --example seed_mmc [-- out.svg]
@@ -10,15 +11,16 @@
 use blkmq_core::Elevator;
 use blkmq_sched_deadline::Deadline;
 use blkmq_sim::{
-    CardParams, Dd, Find, FindParams, Iozone, IozoneGrid, IozoneParams, MmcCard, ModelDriver,
-    QueueId, SEED_000_BEFORE, Sim, side_by_side,
+    CardParams, Dd, Find, FindParams, Iozone, IozoneGrid, IozoneParams, LegacyMmc, MmcCard,
+    ModelDriver, QUEUE_THREAD_WAKE_NS, QueueId, SEED_000_BEFORE, Sim, side_by_side,
 };
 
-/// The card behind the model driver, with or without mq-deadline.
-type CardSim = (Sim<ModelDriver<MmcCard>>, QueueId);
+/// The card behind the legacy queue thread and the model driver, with or without
+/// mq-deadline.
+type CardSim = (Sim<ModelDriver<LegacyMmc>>, QueueId);
 
 fn sim(deadline: bool) -> Result<CardSim, Box<dyn std::error::Error>> {
-    let card = MmcCard::new(CardParams::default())?;
+    let card = LegacyMmc::new(MmcCard::new(CardParams::default())?, QUEUE_THREAD_WAKE_NS);
     let elevator: Option<Box<dyn Elevator>> = if deadline {
         Some(Box::new(Deadline::new()))
     } else {

@@ -11,8 +11,9 @@
 //!   workload starts and wake-ups. It calls the library as a kernel would — `submit`,
 //!   the driver's `queue_rq`, `end_request` — on one thread.
 //! * Device models behind [`DeviceModel`]: [`MmcCard`] (with its own start / prepare /
-//!   interrupt interface for a hand-written driver), [`Disk`], [`Ssd`], [`Raid0`],
-//!   [`Ideal`]; [`ModelDriver`] drives any of them. A hand-written driver implements
+//!   interrupt interface for a hand-written driver, and [`LegacyMmc`], the card behind
+//!   Linux's legacy MMC queue thread), [`Disk`], [`Ssd`], [`Raid0`], [`Ideal`];
+//!   [`ModelDriver`] drives any of them. A hand-written driver implements
 //!   [`SimDriver`] for its interrupts.
 //! * Workloads ([`Workload`]): [`Dd`], [`Find`], [`Iozone`], [`FioJob`], [`Replay`] of a
 //!   [`Trace`].
@@ -55,7 +56,8 @@ mod workload;
 
 pub use device::{
     CardParams, CmdId, Command, DeviceModel, DeviceStats, Disk, DiskParams, Ideal, IdealParams,
-    MmcCard, ParamError, Raid0, Raid0Params, Ssd, SsdParams, Transfer, transfer_ns,
+    LegacyMmc, MmcCard, ParamError, QUEUE_THREAD_WAKE_NS, Raid0, Raid0Params, Ssd, SsdParams,
+    Transfer, transfer_ns,
 };
 pub use driver::{IrqCx, ModelDriver, SimDriver};
 pub use platform::SimPlatform;

@@ -35,9 +35,9 @@ fn drain(dev: &mut impl DeviceModel) -> Vec<(CmdId, u64)> {
 #[test]
 fn card_read_on_an_idle_card_is_preparation_command_and_transfer() {
     let mut card = MmcCard::new(CardParams::default()).unwrap();
-    // 128 KiB: prepare 250 us + 131072 B at 123 MB/s (1065.626 us), then the card's
-    // 205 us + 131072 B at 23.29 MB/s (5627.823 us).
-    let expected = 250_000 + 1_065_626 + 205_000 + 5_627_823;
+    // 128 KiB: prepare 240 us + 131072 B at 123 MB/s (1065.626 us), then the card's
+    // 195 us + 131072 B at 23.29 MB/s (5627.823 us).
+    let expected = 240_000 + 1_065_626 + 195_000 + 5_627_823;
     assert_eq!(card.service_ns(0, &read(0, 256)), expected);
     card.submit(0, 1, read(0, 256)).unwrap();
     assert_eq!(card.next_completion(), Some(expected));
@@ -47,31 +47,63 @@ fn card_read_on_an_idle_card_is_preparation_command_and_transfer() {
 #[test]
 fn card_prepares_one_command_behind_the_one_on_the_bus_and_no_more() {
     let mut card = MmcCard::new(CardParams::default()).unwrap();
-    let first = 250_000 + 1_065_626 + 205_000 + 5_627_823;
+    let first = 240_000 + 1_065_626 + 195_000 + 5_627_823;
     card.submit(0, 1, read(0, 256)).unwrap();
     card.submit(0, 2, read(256, 256)).unwrap();
     assert_eq!(card.in_flight(), 2);
     assert_eq!(card.submit(0, 3, read(512, 256)), Err(read(512, 256)));
     // The second was prepared while the first ran: it starts the moment the bus frees.
-    let second = first + 205_000 + 5_627_823;
+    let second = first + 195_000 + 5_627_823;
     assert_eq!(drain(&mut card), [(1, first), (2, second)]);
 
     // Prepared late, its preparation is not hidden.
     let mut card = MmcCard::new(CardParams::default()).unwrap();
     card.submit(0, 1, read(0, 256)).unwrap();
     card.submit(7_000_000, 2, read(256, 256)).unwrap();
-    let ready = 7_000_000 + 250_000 + 1_065_626;
+    let ready = 7_000_000 + 240_000 + 1_065_626;
     assert_eq!(
         drain(&mut card),
-        [(1, first), (2, ready + 205_000 + 5_627_823)]
+        [(1, first), (2, ready + 195_000 + 5_627_823)]
     );
+}
+
+#[test]
+fn legacy_thread_wakes_before_every_start_and_every_completion() {
+    let wake = 10_000;
+    let mut legacy = LegacyMmc::new(MmcCard::new(CardParams::default()).unwrap(), wake);
+    let card_128k = 195_000 + 5_627_823;
+    // Idle: the thread wakes, prepares (240 us + 1065.626 us) and starts the command; it
+    // sees the interrupt one wake-up after the card finished.
+    let first_done = wake + 240_000 + 1_065_626 + card_128k;
+    assert_eq!(legacy.service_ns(0, &read(0, 256)), first_done + wake);
+    legacy.submit(0, 1, read(0, 256)).unwrap();
+    legacy.submit(0, 2, read(256, 256)).unwrap();
+    assert_eq!(legacy.in_flight(), 2);
+    assert_eq!(legacy.submit(0, 3, read(512, 256)), Err(read(512, 256)));
+    // The second, prepared behind the first, starts when the thread does: the card idles
+    // one wake-up between the two.
+    let second_done = first_done + wake + card_128k;
+    assert_eq!(
+        drain(&mut legacy),
+        [(1, first_done + wake), (2, second_done + wake)]
+    );
+    // Without the thread (a wake-up of 0) it is the card alone.
+    let mut bare = LegacyMmc::new(MmcCard::new(CardParams::default()).unwrap(), 0);
+    let mut card = MmcCard::new(CardParams::default()).unwrap();
+    for (id, sector) in [(1, 0), (2, 256)] {
+        bare.submit(0, id, read(sector, 256)).unwrap();
+        card.submit(0, id, read(sector, 256)).unwrap();
+    }
+    assert_eq!(drain(&mut bare), drain(&mut card));
+    assert_eq!(legacy.name(), "mmc (legacy thread)");
+    assert_eq!(legacy.limits(), legacy.card().limits());
 }
 
 #[test]
 fn card_low_level_interface_leaves_the_prepared_command_to_the_driver() {
     let mut card = MmcCard::new(CardParams::default()).unwrap();
     let done = card.start(0, 1, read(0, 8)).unwrap();
-    assert_eq!(done, 250_000 + 33_300 + 205_000 + 175_869);
+    assert_eq!(done, 240_000 + 33_300 + 195_000 + 175_869);
     card.prepare(10, 2, read(8, 8)).unwrap();
     assert_eq!(card.prepared(), Some(2));
     assert_eq!(card.start_prepared(done), None); // the bus is busy until the interrupt
@@ -79,7 +111,7 @@ fn card_low_level_interface_leaves_the_prepared_command_to_the_driver() {
     assert!(card.is_idle());
     assert_eq!(card.prepared(), Some(2)); // not started by the interrupt itself
     let next = card.start_prepared(done + 1_000).unwrap();
-    assert_eq!(next, done + 1_000 + 205_000 + 175_869);
+    assert_eq!(next, done + 1_000 + 195_000 + 175_869);
     assert_eq!(card.on_bus(), Some((2, next)));
 }
 
@@ -89,9 +121,9 @@ fn card_small_and_random_writes_pay_the_translation_layer() {
     let mut card = MmcCard::new(p).unwrap();
     // A sequential 4 KiB write (the card starts as if the last write ended at 0): command,
     // transfer at 7.535 MB/s, and a partial 8 KiB page.
-    let seq4k = 223_000 + 543_596 + 840_000;
+    let seq4k = 213_000 + 543_596 + 840_000;
     assert_eq!(card.card_ns(&write(0, 8)), seq4k);
-    assert_eq!(card.service_ns(0, &write(0, 8)), 250_000 + 33_300 + seq4k);
+    assert_eq!(card.service_ns(0, &write(0, 8)), 240_000 + 33_300 + seq4k);
     card.submit(0, 1, write(0, 8)).unwrap();
     drain(&mut card);
     // Not following it: 98.9 ms scaled by the 508 KiB of the 512 KiB unit left unwritten.
@@ -101,10 +133,10 @@ fn card_small_and_random_writes_pay_the_translation_layer() {
     // 256 KiB at random: half the penalty, no partial page.
     assert_eq!(
         card.card_ns(&write(4096, 512)),
-        223_000 + 34_790_179 + 49_450_000
+        213_000 + 34_790_179 + 49_450_000
     );
     // A whole allocation unit costs nothing extra, wherever it goes.
-    assert_eq!(card.card_ns(&write(4096, 1024)), 223_000 + 69_580_358);
+    assert_eq!(card.card_ns(&write(4096, 1024)), 213_000 + 69_580_358);
     card.submit(0, 2, write(800, 8)).unwrap();
     drain(&mut card);
     assert_eq!(card.stats().random_writes, 1);
@@ -120,8 +152,8 @@ fn card_random_reads_pay_their_parameter() {
     let mut card = MmcCard::new(p).unwrap();
     card.submit(0, 1, read(0, 8)).unwrap();
     drain(&mut card);
-    assert_eq!(card.card_ns(&read(8, 8)), 205_000 + 175_869);
-    assert_eq!(card.card_ns(&read(64, 8)), 205_000 + 175_869 + 1_000_000);
+    assert_eq!(card.card_ns(&read(8, 8)), 195_000 + 175_869);
+    assert_eq!(card.card_ns(&read(64, 8)), 195_000 + 175_869 + 1_000_000);
 }
 
 // ----- the rotational disk -----

@@ -82,9 +82,9 @@ fn dd_elapsed_time_is_the_device_time_when_the_device_is_the_bottleneck() {
     let (mut sim, q) = sim_of(card(), false);
     let dd = sim.add_workload(q, Dd::read(0, 2 << 20));
     sim.run().unwrap();
-    let card_ns = 205_000 + 5_627_823;
-    let first = 250_000 + 2_131_252 + 205_000 + 11_255_646;
-    let expected = first + 250_000 + 1_065_626 + 14 * card_ns;
+    let card_ns = 195_000 + 5_627_823;
+    let first = 240_000 + 2_131_252 + 195_000 + 11_255_646;
+    let expected = first + 240_000 + 1_065_626 + 14 * card_ns;
     assert_eq!(sim.workload(dd).result().unwrap().elapsed_ns, expected);
     assert_eq!(sim.host().driver().with_model(|m| m.stats().commands), 15);
 }

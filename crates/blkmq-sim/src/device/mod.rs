@@ -23,7 +23,7 @@ mod ideal;
 mod raid;
 mod ssd;
 
-pub use card::{CardParams, MmcCard, Transfer};
+pub use card::{CardParams, LegacyMmc, MmcCard, QUEUE_THREAD_WAKE_NS, Transfer};
 pub use disk::{Disk, DiskParams};
 pub use ideal::{Ideal, IdealParams};
 pub use raid::{Raid0, Raid0Params};
