@@ -12,6 +12,10 @@
 //! * `raw_percpu`: the same bitmaps reached as a multi-queue layer must reach them, one per
 //!   hardware queue with a hint per CPU, both looked up on each call (a yardstick, with no
 //!   target: `per_hctx / raw_percpu` is what the layer adds beyond that shape);
+//! * `raw_owned`: `raw` plus the least a layer must do to hand out numbered requests
+//!   soundly: the tag's request takes a new allocation count in its state word, and the free
+//!   checks the caller's count against it and clears the state before the bit goes back (a
+//!   yardstick too: no lookups, no checks of the caller, nothing else on the request);
 //! * `per_hctx`: a [`TagSet`] of `HW_QUEUES` hardware queues, each with its own tags, and one
 //!   request queue attached; thread `t` is CPU `t` and allocates on hardware queue `t`, so
 //!   two threads use two different maps;
@@ -47,7 +51,7 @@
 //! table. Give criterion's options with values as `--name value` or `--name=value`.
 
 use std::hint::black_box;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -165,6 +169,51 @@ impl GetPut for RawPerCpu {
     }
 }
 
+/// A request's state word, alone on its cache line as the tag set's requests are.
+#[repr(align(64))]
+struct OwnedSlot(AtomicU64);
+
+/// [`Raw`] and one state word per tag, stamped on allocation and checked on free.
+struct RawOwned {
+    map: SbitmapQueue,
+    slots: Box<[OwnedSlot]>,
+}
+
+impl RawOwned {
+    fn new(depth: usize) -> Self {
+        Self {
+            map: SbitmapQueue::new(depth).expect("a valid depth"),
+            slots: (0..depth).map(|_| OwnedSlot(AtomicU64::new(0))).collect(),
+        }
+    }
+}
+
+impl GetPut for RawOwned {
+    type Local = AllocHint;
+
+    fn local(&self, thread: usize) -> AllocHint {
+        AllocHint::spread(thread, CPUS)
+    }
+
+    #[inline(never)]
+    fn get_put(&self, hint: &AllocHint) {
+        let hint = black_box(hint);
+        let bit = self.map.get(hint).expect("a free tag");
+        // Allocated: a new count, in state 1.
+        let state = &self.slots[bit].0;
+        let count = (state.load(Ordering::Relaxed) >> 1) + 1;
+        state.store(count << 1 | 1, Ordering::Release);
+        // The token, as a completion would get it.
+        let (bit, count) = black_box((bit, count));
+        let state = &self.slots.get(bit).expect("a tag of the map").0;
+        if state.load(Ordering::Acquire) != count << 1 | 1 {
+            panic!("not the caller's request");
+        }
+        state.store(count << 1, Ordering::Release);
+        self.map.put(bit, hint).expect("an allocated tag");
+    }
+}
+
 /// A request queue attached to a tag set of its own.
 struct Tags(QueueTags<(), StdPlatform>);
 
@@ -219,6 +268,7 @@ impl GetPut for Tags {
 struct Contenders {
     raw: Raw,
     raw_percpu: RawPerCpu,
+    raw_owned: RawOwned,
     per_hctx: Tags,
     shared: Tags,
 }
@@ -228,6 +278,7 @@ impl Contenders {
         Self {
             raw: Raw::new(depth),
             raw_percpu: RawPerCpu::new(depth),
+            raw_owned: RawOwned::new(depth),
             per_hctx: Tags::new(depth, false),
             shared: Tags::new(depth, true),
         }
@@ -290,6 +341,7 @@ fn tags_1t(c: &mut Criterion) {
         g.throughput(Throughput::Elements(1));
         one(&mut g, "raw", &all.raw);
         one(&mut g, "raw_percpu", &all.raw_percpu);
+        one(&mut g, "raw_owned", &all.raw_owned);
         one(&mut g, "per_hctx", &all.per_hctx);
         one(&mut g, "shared", &all.shared);
         g.finish();
@@ -307,6 +359,7 @@ fn tags_2t(c: &mut Criterion) {
         g.throughput(Throughput::Elements(THREADS as u64));
         one(&mut g, "raw", &all.raw);
         one(&mut g, "raw_percpu", &all.raw_percpu);
+        one(&mut g, "raw_owned", &all.raw_owned);
         one(&mut g, "per_hctx", &all.per_hctx);
         one(&mut g, "shared", &all.shared);
         g.finish();
@@ -345,9 +398,9 @@ fn speed(ratio: f64) -> String {
 /// The header of both ratio tables, after the leading columns `lead`.
 fn ratio_header(lead: &str, lead_align: &str) {
     println!(
-        "| {lead} | per_hctx / raw (<= {LAYER_TARGET}) | shared / raw (<= {LAYER_TARGET}) | shared vs per_hctx throughput (>= {SHARED_TARGET}) | raw_percpu / raw | per_hctx / raw_percpu |"
+        "| {lead} | per_hctx / raw (<= {LAYER_TARGET}) | shared / raw (<= {LAYER_TARGET}) | shared vs per_hctx throughput (>= {SHARED_TARGET}) | raw_percpu / raw | per_hctx / raw_percpu | raw_owned / raw |"
     );
-    println!("|{lead_align}---:|---:|---:|---:|---:|");
+    println!("|{lead_align}---:|---:|---:|---:|---:|---:|");
 }
 
 /// The tracked ratios again, each measured as a paired comparison (see [`paired_ratio`]).
@@ -361,8 +414,13 @@ fn paired_summary() {
     for threads in 1..=THREADS {
         for depth in DEPTHS {
             let all = Contenders::new(depth);
-            let (raw, percpu, per_hctx, shared) =
-                (&all.raw, &all.raw_percpu, &all.per_hctx, &all.shared);
+            let (raw, percpu, owned, per_hctx, shared) = (
+                &all.raw,
+                &all.raw_percpu,
+                &all.raw_owned,
+                &all.per_hctx,
+                &all.shared,
+            );
             let per_hctx_raw =
                 paired_ratio(|| timed(per_hctx, threads, n), || timed(raw, threads, n));
             let shared_raw = paired_ratio(|| timed(shared, threads, n), || timed(raw, threads, n));
@@ -372,8 +430,9 @@ fn paired_summary() {
             let percpu_raw = paired_ratio(|| timed(percpu, threads, n), || timed(raw, threads, n));
             let per_hctx_percpu =
                 paired_ratio(|| timed(per_hctx, threads, n), || timed(percpu, threads, n));
+            let owned_raw = paired_ratio(|| timed(owned, threads, n), || timed(raw, threads, n));
             println!(
-                "| {threads} | {depth:>5} | {} | {} | {} | {percpu_raw:>5.2} | {per_hctx_percpu:>5.2} |",
+                "| {threads} | {depth:>5} | {} | {} | {} | {percpu_raw:>5.2} | {per_hctx_percpu:>5.2} | {owned_raw:>5.2} |",
                 layer(per_hctx_raw),
                 layer(shared_raw),
                 speed(shared_speed),
@@ -389,18 +448,23 @@ fn summary(started: SystemTime) {
         for depth in DEPTHS {
             let group = format!("{prefix}/depth={depth}");
             let m = |f: &str| criterion_median(started, &group, f);
-            let (Some(raw), Some(percpu), Some(per_hctx), Some(shared)) =
-                (m("raw"), m("raw_percpu"), m("per_hctx"), m("shared"))
-            else {
+            let (Some(raw), Some(percpu), Some(owned), Some(per_hctx), Some(shared)) = (
+                m("raw"),
+                m("raw_percpu"),
+                m("raw_owned"),
+                m("per_hctx"),
+                m("shared"),
+            ) else {
                 continue;
             };
             rows.push(format!(
-                "| {threads} | {depth:>5} | {raw:>6.2} | {per_hctx:>6.2} | {shared:>6.2} | {} | {} | {} | {:>5.2} | {:>5.2} |",
+                "| {threads} | {depth:>5} | {raw:>6.2} | {per_hctx:>6.2} | {shared:>6.2} | {} | {} | {} | {:>5.2} | {:>5.2} | {:>5.2} |",
                 layer(per_hctx / raw),
                 layer(shared / raw),
                 speed(per_hctx / shared),
                 percpu / raw,
                 per_hctx / percpu,
+                owned / raw,
             ));
         }
     }
