@@ -24,14 +24,16 @@
 //! 1. The seed's figures, parsed from its text and printed back in its formats: BEFORE
 //!    (Linux 4.9-rc2's legacy MMC path) and AFTER (the naive switch to blk-mq).
 //! 2. The simulated columns side by side, in the same formats, then what each driver did
-//!    over the three runs. `naive` is the AFTER set-up: no merging (`dd`'s bios carry
-//!    `NOMERGE`, so its plug merges nothing, and every refill after the first is a single
-//!    bio), one tag, and a driver whose thread handles one request at a time, preparing it
-//!    only once the previous one is done. `none`, `mq-deadline` and `bfq` run the driver above
+//!    over the three runs. `naive` is the AFTER set-up: no merging (the bios of `dd` and
+//!    `find` carry `NOMERGE`, so a plug merges nothing, every `dd` refill after the first is
+//!    a single bio, and each of `find`'s readahead bursts is 32 requests), one tag, and a
+//!    driver whose thread handles one request at a time, preparing it only once the
+//!    previous one is done. `none`, `mq-deadline` and `bfq` run the driver above
 //!    with no scheduler, mq-deadline and BFQ (each scheduler holding 128 requests, as
 //!    Linux's MMC queue of depth 64 gives it). `dd` is the simulator's page-cache-like reader (128
-//!    KiB readahead bios, two in flight, submitted under a plug). A new scheduler is one
-//!    more entry in `COLUMNS`.
+//!    KiB readahead bios, two in flight, submitted under a plug); `find` reads single
+//!    blocks and, one step in 52, a burst of 32 adjacent blocks under a plug (an inode
+//!    table read ahead). A new scheduler is one more entry in `COLUMNS`.
 //! 3. The calibration: the card driven as the legacy path drove it (its queue thread,
 //!    `blkmq_sim::LegacyMmc`, which prepares ahead and wakes to start every command, behind
 //!    the simulator's generic driver and mq-deadline's sorting and merging; "the model's
@@ -58,19 +60,20 @@
 //!   With the next request prepared behind the running one, the card is as busy as the
 //!   legacy path kept it, and more: no thread wakes between one command's interrupt and the
 //!   next command's start (`dd` 21.466 MB/s, the model's BEFORE 21.429 and the seed's
-//!   21.431), or to take a request and to see it end one at a time (`find` 3.557 s against
-//!   3.610 and 3.600; 4 kB reads 6209 kB/s against 6022 and at most 6060). Records of
+//!   21.431), or to take a request and to see it end one at a time (`find` 3.562 s against
+//!   3.607 and 3.600; 4 kB reads 6209 kB/s against 6022 and at most 6060). Records of
 //!   several requests gain more (1 MiB: 20514 kB/s, the seed 18436). At `dd`'s two bios in
 //!   flight nothing waits in a scheduler long enough to merge, so the three are equal.
 //! * Under the writers, the start-up waits behind the writeback with `none` and
 //!   `mq-deadline` (several hundred times its idle time); BFQ raises the new issuer's weight
-//!   and lets it preempt the writers' queue, so it takes about 2.5x its idle time while the
-//!   writers keep their rate.
-//! * `find`'s reads are synchronous, one at a time, 4 KiB each; there is nothing to prepare
-//!   ahead, merge or sort. The pipelined driver saves the thread's two wake-ups per read;
-//!   the naive set-up, whose thread wakes as the legacy one did, ties the model's BEFORE.
-//!   The model cannot make it lose the seed's 0.82 s there (306 us per read, where iozone's 4 kB reads,
-//!   also one at a time, lost 0.5%): that loss lies outside a per-request card model.
+//!   and lets it preempt the writers' queue, so it takes about 3.3x its idle time while the
+//!   writers keep their rate. Most of that is the wait for the two writes already on the
+//!   card when it starts: requests of up to 512 KiB, about 70 ms each.
+//! * `find`'s reads are synchronous and wait one for another; there is nothing to prepare
+//!   ahead. The pipelined driver saves the thread's two wake-ups per step. The naive
+//!   set-up loses 0.61 s (4.213 s): each readahead burst, one 128 KiB request elsewhere,
+//!   is 32 requests of 4 KiB there. The seed lost 0.82 s, of which 0.22 s was processor
+//!   time (user and system 2.05 s against 1.83 s), which the model leaves out.
 
 #[path = "mmc_host/host.rs"]
 mod host;

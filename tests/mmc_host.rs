@@ -102,10 +102,11 @@ fn check_directions(results: &Results) {
     // The naive set-up loses `dd` against both BEFOREs: preparation on an idle bus.
     let dd = by("naive", Figure::Dd);
     assert!(dd.vs_seed && dd.vs_legacy, "{dd:?}");
-    // Its `find` cannot lose in the model (synchronous 4 KiB reads one at a time, by the
-    // same thread as the legacy path's): it ties with the model's BEFORE exactly.
+    // And `find`: its readahead bursts, merged into one request each on the legacy path,
+    // go to the card block by block (the seed lost 0.82 s, 0.22 s of it processor time).
     let find = by("naive", Figure::Find);
-    assert!(find.ties_legacy(), "{find:?}");
+    assert!(find.vs_seed && find.vs_legacy, "{find:?}");
+    assert!(find.value > find.legacy + 0.5, "{find:?}");
 
     for d in checks.iter().filter(|d| d.expect == Expect::NoWorse) {
         // No worse than the legacy path on the same card, and no worse than the seed.
@@ -247,12 +248,14 @@ fn bfq_starts_an_application_up_under_writes_as_on_an_idle_card() {
     assert_eq!(none.idle_ns, bfq.idle_ns);
     assert_eq!(deadline.idle_ns, bfq.idle_ns);
     // Under four writers, none and mq-deadline serve it behind the writeback: hundreds of
-    // times slower. BFQ raises the new issuer's weight and lets it preempt the writers.
+    // times slower. BFQ raises the new issuer's weight and lets it preempt the writers; it
+    // still waits for the writes already on the card when it starts, two requests of up to
+    // 512 KiB (about 70 ms each, against its 82 ms alone).
     assert!(
         none.slowdown() > 100.0 && deadline.slowdown() > 100.0,
         "{rows:?}"
     );
-    assert!(bfq.slowdown() <= 3.0, "{rows:?}");
+    assert!(bfq.slowdown() <= 4.0, "{rows:?}");
     // Not by starving the writers: they keep moving at the others' rate.
     assert!(
         bfq.writers_bytes_per_sec * 10 >= deadline.writers_bytes_per_sec * 8,

@@ -467,11 +467,12 @@ impl Figures {
     }
 }
 
-/// Runs `dd`, `find` and iozone at `scale`, each on a fresh simulation from `make`;
-/// `host` reads the driver's counts after each run, where it has them.
+/// Runs `dd`, `find` and iozone at `scale`, each on a fresh simulation from `make`, the bios
+/// of `dd` and `find` carrying `flags` as well as their own; `host` reads the driver's counts
+/// after each run, where it has them.
 fn measure<D: SimDriver>(
     scale: Scale,
-    dd_flags: BioFlags,
+    flags: BioFlags,
     make: impl Fn() -> Fallible<(Sim<D>, QueueId)>,
     host: impl Fn(&D) -> Option<HostStats>,
 ) -> Fallible<Figures> {
@@ -487,12 +488,17 @@ fn measure<D: SimDriver>(
     };
 
     let (mut sim, queue) = make()?;
-    let dd = sim.add_workload(queue, Dd::read(0, scale.dd_bytes).flags(dd_flags));
+    let dd = sim.add_workload(queue, Dd::read(0, scale.dd_bytes).flags(flags));
     run(&mut sim)?;
     let dd = sim.workload(dd).result().ok_or("dd did not finish")?;
 
     let (mut sim, queue) = make()?;
-    let find = sim.add_workload(queue, Find::new(FindParams::default()));
+    let walk = FindParams::default();
+    let walk = FindParams {
+        flags: walk.flags | flags,
+        ..walk
+    };
+    let find = sim.add_workload(queue, Find::new(walk));
     run(&mut sim)?;
     let find_ns = sim
         .workload(find)
@@ -526,7 +532,10 @@ pub(crate) fn host_sim(column: &Column, setup: Setup) -> Fallible<(Sim<MmcHost>,
     if let Some(elevator) = (column.elevator)() {
         config = config.elevator(elevator).nr_requests(SCHED_REQUESTS);
     }
-    let mut sim = Sim::new(platform, TagSet::builder(column.depth), host)?;
+    // Room for every request in the driver to hold a full merge, as Linux, whose bios are
+    // allocated per I/O, always has.
+    let tags = TagSet::builder(column.depth).bio_slots(column.depth * HOST_MAX_SEGMENTS as usize);
+    let mut sim = Sim::new(platform, tags, host)?;
     let queue = sim.add_queue(config)?;
     Ok((sim, queue))
 }

@@ -390,7 +390,8 @@ impl<M: DeviceModel> ModelDriver<M> {
         self.lock().model.limits()
     }
 
-    /// A tag set as deep as the device's queue, one hardware queue.
+    /// A tag set as deep as the device's queue, one hardware queue, with room for every
+    /// request in the device to hold as many merged bios as it has segments.
     ///
     /// ```
     /// use blkmq_sim::{CardParams, MmcCard, ModelDriver, SimPlatform};
@@ -401,7 +402,10 @@ impl<M: DeviceModel> ModelDriver<M> {
     /// assert_eq!(host.set().depth(), 2);
     /// ```
     pub fn tag_set(&self) -> TagSetBuilder {
-        TagSet::builder(self.lock().model.queue_depth())
+        let st = self.lock();
+        let depth = st.model.queue_depth();
+        let segments = st.model.limits().max_segments as usize;
+        TagSet::builder(depth).bio_slots(depth * segments)
     }
 
     /// A queue configuration with the device's limits (add an elevator to it as needed).

@@ -122,18 +122,16 @@ fn mq_deadline_merges_what_waits_behind_a_shallow_card() {
 
 #[test]
 fn both_elevators_run_every_workload_to_the_same_bytes() {
+    // 200 steps of the walk, three of them bursts of 32 blocks.
+    let walk = FindParams {
+        reads: 200,
+        ..FindParams::default()
+    };
+    assert_eq!(walk.blocks(), 197 + 3 * 32);
     for deadline in [None, Some(8)] {
         let (mut sim, q) = sim_of(Ssd::new(SsdParams::default()).unwrap(), deadline);
         sim.add_workload_on(q, 0, 0, Dd::write(1 << 20, 8 << 20));
-        sim.add_workload_on(
-            q,
-            1,
-            0,
-            Find::new(FindParams {
-                reads: 200,
-                ..FindParams::default()
-            }),
-        );
+        sim.add_workload_on(q, 1, 0, Find::new(walk));
         sim.add_workload_on(
             q,
             1,
@@ -148,7 +146,7 @@ fn both_elevators_run_every_workload_to_the_same_bytes() {
         );
         let report = sim.run().unwrap();
         let bytes: Vec<u64> = report.workloads.iter().map(WorkloadReport::bytes).collect();
-        assert_eq!(bytes, [8 << 20, 200 * 4096, 300 * 16384]);
+        assert_eq!(bytes, [8 << 20, walk.blocks() * 4096, 300 * 16384]);
         assert_eq!(report.stats.end_io_calls, report.stats.bios_submitted);
     }
 }

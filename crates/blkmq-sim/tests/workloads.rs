@@ -93,6 +93,8 @@ fn dd_elapsed_time_is_the_device_time_when_the_device_is_the_bottleneck() {
 fn find_reads_its_blocks_one_at_a_time() {
     let params = FindParams {
         reads: 300,
+        think_ns: 683_000,
+        burst_every: 0,
         ..FindParams::default()
     };
     let (mut sim, q) = sim_of(ideal(500_000), false);
@@ -110,6 +112,40 @@ fn find_reads_its_blocks_one_at_a_time() {
     // Every read lands in the span, block-aligned.
     let (read, _) = device_bytes(&sim);
     assert_eq!(read, 300 * 4096);
+}
+
+#[test]
+fn find_bursts_read_adjacent_blocks_under_one_plug() {
+    let walk = FindParams {
+        reads: 10,
+        burst_every: 5,
+        burst_blocks: 8,
+        think_ns: 0,
+        ..FindParams::default()
+    };
+    assert_eq!((walk.bursts(), walk.blocks()), (2, 8 + 2 * 8));
+    // One command at a time, 0.5 ms each: merged, a burst is one command; kept from
+    // merging, eight.
+    let one_at_a_time = || {
+        Ideal::new(IdealParams {
+            latency_ns: 500_000,
+            bandwidth: 0,
+            queue_depth: 1,
+            ..IdealParams::default()
+        })
+        .unwrap()
+    };
+    let merging = FindParams::default().flags;
+    for (flags, commands) in [(merging, 10), (merging | BioFlags::NOMERGE, 24)] {
+        let (mut sim, q) = sim_of(one_at_a_time(), false);
+        let find = sim.add_workload(q, Find::new(FindParams { flags, ..walk }));
+        let report = sim.run().unwrap();
+        exact(&report.workloads[0]);
+        assert_eq!(report.workloads[0].bytes_read, 24 * 4096);
+        let device = sim.host().driver().with_model(|m| m.stats());
+        assert_eq!((device.commands, device.bytes_read), (commands, 24 * 4096));
+        assert_eq!(sim.workload(find).elapsed_ns(), Some(commands * 500_000));
+    }
 }
 
 #[test]
