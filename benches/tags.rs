@@ -175,14 +175,14 @@ struct OwnedSlot(AtomicU64);
 
 /// [`Raw`] and one state word per tag, stamped on allocation and checked on free.
 struct RawOwned {
-    map: SbitmapQueue,
+    raw: Raw,
     slots: Box<[OwnedSlot]>,
 }
 
 impl RawOwned {
     fn new(depth: usize) -> Self {
         Self {
-            map: SbitmapQueue::new(depth).expect("a valid depth"),
+            raw: Raw::new(depth),
             slots: (0..depth).map(|_| OwnedSlot(AtomicU64::new(0))).collect(),
         }
     }
@@ -192,13 +192,13 @@ impl GetPut for RawOwned {
     type Local = AllocHint;
 
     fn local(&self, thread: usize) -> AllocHint {
-        AllocHint::spread(thread, CPUS)
+        self.raw.local(thread)
     }
 
     #[inline(never)]
     fn get_put(&self, hint: &AllocHint) {
         let hint = black_box(hint);
-        let bit = self.map.get(hint).expect("a free tag");
+        let bit = self.raw.0.get(hint).expect("a free tag");
         // Allocated: a new count, in state 1.
         let state = &self.slots[bit].0;
         let count = (state.load(Ordering::Relaxed) >> 1) + 1;
@@ -210,7 +210,7 @@ impl GetPut for RawOwned {
             panic!("not the caller's request");
         }
         state.store(count << 1, Ordering::Release);
-        self.map.put(bit, hint).expect("an allocated tag");
+        self.raw.0.put(bit, hint).expect("an allocated tag");
     }
 }
 

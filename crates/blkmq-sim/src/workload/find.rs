@@ -85,7 +85,7 @@ impl FindParams {
     /// assert_eq!((0..6).filter(|&s| p.is_burst(s)).collect::<Vec<_>>(), [2, 5]);
     /// ```
     pub fn is_burst(&self, step: u64) -> bool {
-        self.burst_every != 0 && self.burst_blocks != 0 && (step + 1) % self.burst_every == 0
+        self.has_bursts() && (step + 1) % self.burst_every == 0
     }
 
     /// How many of the steps are bursts.
@@ -97,11 +97,16 @@ impl FindParams {
     /// assert_eq!(FindParams { burst_every: 0, ..p }.bursts(), 0);
     /// ```
     pub fn bursts(&self) -> u64 {
-        if self.burst_every == 0 || self.burst_blocks == 0 {
-            0
-        } else {
+        if self.has_bursts() {
             self.reads / self.burst_every
+        } else {
+            0
         }
+    }
+
+    /// Whether the walk has bursts at all.
+    fn has_bursts(&self) -> bool {
+        self.burst_every != 0 && self.burst_blocks != 0
     }
 
     /// Blocks read in all: one per single read, `burst_blocks` per burst (a burst reads no
