@@ -2673,7 +2673,7 @@ impl<D: Driver> RequestQueue<D> {
                 batch.extend(list.drain(..));
                 h.dispatch_len.store(0, Ordering::SeqCst);
             }
-            if !self.issue_batch(hctx, &mut batch, epoch) {
+            if !self.issue_batch(hctx, &mut batch, epoch, None) {
                 return;
             }
         }
@@ -2690,14 +2690,14 @@ impl<D: Driver> RequestQueue<D> {
                     h.busy.store(false, Ordering::Relaxed);
                     return;
                 }
-                if !self.issue_batch(hctx, &mut batch, epoch) {
+                if !self.issue_batch(hctx, &mut batch, epoch, None) {
                     return;
                 }
             }
         }
         self.take_all(hctx, &mut batch);
         if !batch.is_empty() {
-            self.issue_batch(hctx, &mut batch, epoch);
+            self.issue_batch(hctx, &mut batch, epoch, None);
         }
     }
 
@@ -2805,7 +2805,15 @@ impl<D: Driver> RequestQueue<D> {
 
     /// Issues `batch` in order; on a give-up puts the rest back and arranges the restart.
     /// Returns whether all of it went.
-    fn issue_batch(&self, hctx: usize, batch: &mut VecDeque<Rq>, epoch: u64) -> bool {
+    ///
+    /// `now`, when given, is the start of every request of the batch.
+    fn issue_batch(
+        &self,
+        hctx: usize,
+        batch: &mut VecDeque<Rq>,
+        epoch: u64,
+        now: Option<u64>,
+    ) -> bool {
         // The hardware queue with a request issued as not `last`, owed a `commit_rqs`. A
         // batch may hold requests of other hardware queues (an elevator hands any runner
         // any request): `last` and the commit follow each request's own.
@@ -2829,7 +2837,7 @@ impl<D: Driver> RequestQueue<D> {
             let last = batch
                 .front()
                 .is_none_or(|next| self.rq_hctx(next, hctx) != own);
-            match self.issue_one(hctx, rq, last, None, None) {
+            match self.issue_one(hctx, rq, last, None, now) {
                 Issued::Queued => owed = (!last).then_some(own),
                 Issued::Ended => {}
                 Issued::GaveUp(rq, status) => {
@@ -3728,12 +3736,14 @@ fn wait_a_little() {
     core::hint::spin_loop();
 }
 
-/// A submitter's batch of requests (Linux's `blk_plug`): requests gather here, merging
-/// with each other, until [`flush`](Self::flush) — when a new request finds [`PLUG_MAX`]
-/// there ([`PLUG_MAX_MULTI`] across several queues) or follows one of at least
-/// [`PLUG_FLUSH_BYTES`], or when the plug is dropped. A flush hands them over in order,
-/// through [`Driver::queue_rqs`] when the driver has it, the queue has no elevator and its
-/// tag set serves no other queue.
+/// A submitter's batch of requests (Linux's `blk_plug`): requests gather here, a bio
+/// merging into the newest request of its queue, until [`flush`](Self::flush) — when a new
+/// request finds [`PLUG_MAX`] there ([`PLUG_MAX_MULTI`] across several queues) or follows
+/// one of at least [`PLUG_FLUSH_BYTES`], or when the plug is dropped. A flush hands them
+/// over in order: through [`Driver::queue_rqs`] when the driver has it, the queue has no
+/// elevator and its tag set serves no other queue; else, with no elevator, straight to
+/// each idle hardware queue through [`Driver::queue_rq`]; what is left through the
+/// software queues or the elevator.
 ///
 /// ```
 /// use blkmq_core::*;
@@ -3861,27 +3871,39 @@ impl<'q, D: Driver> Plug<'q, D> {
         self.rqs.is_empty()
     }
 
-    /// Merges `bio` into one of the last requests of its queue in the plug.
+    /// Merges `bio` into the plug's newest request of its queue, as Linux does (since
+    /// 5.16): what a plug holds goes to the device in order, so a bio that can merge
+    /// almost always follows the request it merges with, and one try per bio keeps the
+    /// merge check from being the dearest step of a submission.
     fn try_merge(&mut self, queue: &RequestQueue<D>, bio: Bio) -> Result<(), Bio> {
+        // One queue in the plug: its newest request is the last. Several: the newest of
+        // this one.
+        let newest = if self.multiple_queues {
+            self.rqs
+                .iter_mut()
+                .rev()
+                .find(|(q, _)| core::ptr::eq(*q, queue))
+        } else {
+            self.rqs
+                .last_mut()
+                .filter(|(q, _)| core::ptr::eq(*q, queue))
+        };
+        let Some((_, rq)) = newest else {
+            return Err(bio);
+        };
         let tags = queue.tags();
-        let elevator = queue
-            .has_elevator
-            .load(Ordering::Relaxed)
-            .then(|| queue.elevator.lock());
-        for (q, rq) in self.rqs.iter_mut().rev().take(CTX_MERGE_SCAN) {
-            if !core::ptr::eq(*q, queue) {
-                continue;
-            }
-            if let Some(Some(e)) = elevator.as_deref() {
+        if queue.has_elevator.load(Ordering::Relaxed) {
+            if let Some(e) = queue.elevator.lock().as_ref() {
                 if !tags.io(rq).is_ok_and(|io| e.allow_merge(io, &bio)) {
-                    continue;
+                    return Err(bio);
                 }
             }
-            if merge_into(tags, &queue.limits, rq, &bio) {
-                return Ok(());
-            }
         }
-        Err(bio)
+        if merge_into(tags, &queue.limits, rq, &bio) {
+            Ok(())
+        } else {
+            Err(bio)
+        }
     }
 
     /// Adds a fresh request, flushing first when the plug is full or its last request large.
@@ -4003,7 +4025,8 @@ impl<D: Driver> RequestQueue<D> {
         if D::QUEUE_RQS && !self.host.set.is_shared() {
             self.issue_list(rqs);
         }
-        // Into the software queues, then run each hardware queue touched once.
+        self.issue_plugged(rqs);
+        // What could not go straight to its hardware queue: into the software queues, then run each hardware queue touched once.
         let cpu = self.cpu();
         let mut last_hctx = usize::MAX;
         while let Some(rq) = rqs.pop_front() {
@@ -4037,6 +4060,49 @@ impl<D: Driver> RequestQueue<D> {
         }
     }
 
+    /// Issues a plug's requests straight to their hardware queues, one run of requests per
+    /// hardware queue through [`Driver::queue_rq`], while the hardware queue is idle (as
+    /// [`submit`](Self::submit) issues a lone request); stops at a flush or at the first
+    /// hardware queue it cannot take, and what is left stays in `rqs`.
+    ///
+    /// Unless the driver may block, the requests of one run share one read of the clock
+    /// for their start, as the requests of one plug share it in Linux.
+    fn issue_plugged(&self, rqs: &mut VecDeque<Rq>) {
+        let blocking = self.host.set.flags().contains(TagSetFlags::BLOCKING);
+        while let Some(first) = rqs.front() {
+            if self.io(first).is_none_or(|io| io.op() == Op::Flush) {
+                return;
+            }
+            let hctx = self.rq_hctx(first, 0);
+            let h = &self.hctxs[hctx];
+            if h.dispatch_len.load(Ordering::SeqCst) != 0
+                || h.busy.load(Ordering::Relaxed)
+                || h.run
+                    .compare_exchange(0, RUNNING, Ordering::SeqCst, Ordering::SeqCst)
+                    .is_err()
+            {
+                return;
+            }
+            if self.halted(hctx) {
+                self.finish_run(hctx);
+                return;
+            }
+            let epoch = self.host.epoch.load(Ordering::SeqCst);
+            let mut batch = h.scratch.lock();
+            while rqs.front().is_some_and(|rq| {
+                self.rq_hctx(rq, hctx) == hctx && self.io(rq).is_some_and(|io| io.op() != Op::Flush)
+            }) {
+                if let Some(rq) = rqs.pop_front() {
+                    batch.push_back(rq);
+                }
+            }
+            let now = (!blocking).then(|| self.platform().now_ns());
+            self.issue_batch(hctx, &mut batch, epoch, now);
+            drop(batch);
+            self.finish_run(hctx);
+        }
+    }
+
     /// Issues a plug's requests through [`Driver::queue_rqs`], hardware queue by hardware
     /// queue, while the hardware queue is idle; what is left stays in `rqs`.
     fn issue_list(&self, rqs: &mut VecDeque<Rq>) {
@@ -4061,6 +4127,8 @@ impl<D: Driver> RequestQueue<D> {
             let epoch = self.host.epoch.load(Ordering::SeqCst);
             let mut batch = h.scratch.lock();
             let mut no_budget = false;
+            // Nothing runs between the starts: one read of the clock serves them all.
+            let now = self.platform().now_ns();
             while rqs
                 .front()
                 .is_some_and(|rq| self.request(rq).is_some_and(|r| r.hctx() == hctx))
@@ -4071,7 +4139,7 @@ impl<D: Driver> RequestQueue<D> {
                     no_budget = true;
                     break;
                 }
-                if tags.start(&mut rq, self.platform().now_ns()).is_err() {
+                if tags.start(&mut rq, now).is_err() {
                     driver.put_budget(&cx);
                     self.end_unissued(rq, Status::IoErr);
                     continue;

@@ -492,6 +492,49 @@ fn a_plug_merges_back_and_front() {
     assert_eq!(log.sorted(), all_ok(3));
 }
 
+/// A bio merges only into the plug's newest request of its queue (as Linux since 5.16):
+/// one adjacent to an older request stays a request of its own.
+#[test]
+fn a_plug_merges_only_into_its_newest_request_of_the_queue() {
+    let log = Log::new();
+    let host = host_with(TagSet::builder(64), 1, StdDisk::new(1));
+    let a = host.add_queue(QueueConfig::new(limits())).unwrap();
+    let b = host.add_queue(QueueConfig::new(limits())).unwrap();
+    let mut plug = Plug::new();
+    let bio = |n: u32, sector: u64| log.bio(n, Op::Read, sector, 8);
+    // One queue: 8 follows 0, but 800 came between: no merge. 16 follows 8, the newest.
+    for (n, sector) in [(0, 0), (1, 800), (2, 8), (3, 16)] {
+        a.submit_plugged(&mut plug, bio(n, sector)).unwrap();
+    }
+    assert_eq!(plug.len(), 3);
+    // Two queues: the newest request of `a` is behind one of `b`, and 24 still merges.
+    b.submit_plugged(&mut plug, bio(4, 4000)).unwrap();
+    a.submit_plugged(&mut plug, bio(5, 24)).unwrap();
+    assert_eq!(plug.len(), 4);
+    plug.flush();
+    let seen = host.driver().seen();
+    let got: Vec<(usize, Vec<(u64, u32)>)> = seen
+        .iter()
+        .map(|s| {
+            s.check();
+            (s.queue, s.ranges())
+        })
+        .collect();
+    let (qa, qb) = (addr(&a), addr(&b));
+    assert_eq!(
+        got,
+        [
+            (qa, vec![(0, 8)]),
+            (qa, vec![(800, 8)]),
+            (qa, vec![(8, 8), (16, 8), (24, 8)]),
+            (qb, vec![(4000, 8)]),
+        ]
+    );
+    drop(plug);
+    assert_eq!(finish(&a) + finish(&b), 4);
+    assert_eq!(log.sorted(), all_ok(6));
+}
+
 /// The test FIFO elevator has no merge hooks: adjacent bios queued in it stay apart, while
 /// the plug in front of it still merges them.
 #[test]
@@ -1109,6 +1152,101 @@ fn queue_rqs_takes_a_flushed_plug_as_one_batch() {
     assert_eq!(host.in_driver(), 4);
     assert_eq!(finish(&queue), 4);
     assert_eq!(log.sorted(), all_ok(4));
+}
+
+/// A platform that counts the reads of its clock, which moves 1 µs each read; one CPU.
+#[derive(Clone, Default)]
+struct CountingClock(Arc<AtomicU64>);
+
+impl CountingClock {
+    fn reads(&self) -> u64 {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+impl Platform for CountingClock {
+    type RawMutex = spin::mutex::SpinMutex<()>;
+
+    fn nr_cpus(&self) -> usize {
+        1
+    }
+
+    fn current_cpu(&self) -> usize {
+        0
+    }
+
+    fn now_ns(&self) -> u64 {
+        (self.0.fetch_add(1, Ordering::SeqCst) + 1) * 1_000
+    }
+
+    fn kick(&self, _hctx: usize) {}
+}
+
+/// Without `queue_rqs`, a flushed plug goes straight to its idle hardware queue through
+/// `queue_rq`, in order, nothing left in the software queues, and its requests share one
+/// read of the clock for their start; a lone submission reads the clock for its own.
+#[test]
+fn a_flushed_plug_is_issued_directly_with_one_clock_read() {
+    let log = Log::new();
+    let clock = CountingClock::default();
+    let host = Host::new(
+        TagSet::builder(64),
+        clock.clone(),
+        Disk::<CountingClock>::new(1),
+    )
+    .unwrap();
+    let queue = host.add_queue(QueueConfig::new(limits())).unwrap();
+    let mut plug = Plug::new();
+    for n in 0..5 {
+        queue
+            .submit_plugged(&mut plug, log.bio(n, Op::Write, u64::from(n) * 100, 8))
+            .unwrap();
+    }
+    let before = clock.reads();
+    plug.flush();
+    assert_eq!(clock.reads() - before, 1, "one read for the whole plug");
+    let disk = host.driver();
+    assert_eq!(disk.calls(), [5]);
+    assert_eq!(disk.held_sectors(), [0, 100, 200, 300, 400]);
+    assert!(!queue.has_work(0));
+    let starts: Vec<u64> = lock(&disk.held)
+        .iter()
+        .map(|h| queue.io(&h.rq).unwrap().start_ns())
+        .collect();
+    assert_eq!(starts, [before * 1_000 + 1_000; 5]);
+    queue.submit(log.bio(5, Op::Write, 900, 8)).unwrap();
+    assert_eq!(clock.reads() - before, 2, "a lone submission reads its own");
+    drop(plug);
+    assert_eq!(finish(&queue), 6);
+    assert_eq!(log.sorted(), all_ok(6));
+}
+
+/// A flushed plug that finds the driver full stops there: the rest wait, and go in order
+/// as completions free the driver. Nothing is lost.
+#[test]
+fn a_flushed_plug_that_fills_the_driver_waits_for_completions() {
+    let log = Log::new();
+    let (host, queue) = single(QueueConfig::new(limits()));
+    let disk = host.driver();
+    disk.cap.store(2, Ordering::SeqCst);
+    let mut plug = Plug::new();
+    for n in 0..5 {
+        queue
+            .submit_plugged(&mut plug, log.bio(n, Op::Write, u64::from(n) * 100, 8))
+            .unwrap();
+    }
+    drop(plug);
+    assert_eq!(disk.held_sectors(), [0, 100]);
+    assert_eq!(disk.calls(), [3], "the third was turned down");
+    assert!(queue.has_work(0));
+    queue.end_request(disk.take_at(0).rq, Status::Ok);
+    assert_eq!(disk.held_sectors(), [100, 200]);
+    queue.end_request(disk.take_at(100).rq, Status::Ok);
+    assert_eq!(disk.held_sectors(), [200, 300]);
+    disk.cap.store(usize::MAX, Ordering::SeqCst);
+    assert_eq!(finish(&queue), 3);
+    assert_eq!(log.sorted(), all_ok(5));
+    assert_eq!((host.set().busy(), host.in_driver()), (0, 0));
 }
 
 /// A `Resource` reject inside `queue_rqs` ends the batch: the rejected request and the rest
