@@ -3871,10 +3871,10 @@ impl<'q, D: Driver> Plug<'q, D> {
         self.rqs.is_empty()
     }
 
-    /// Merges `bio` into the plug's newest request of its queue, as Linux does (since
-    /// 5.16): what a plug holds goes to the device in order, so a bio that can merge
-    /// almost always follows the request it merges with, and one try per bio keeps the
-    /// merge check from being the dearest step of a submission.
+    /// Merges `bio` into the plug's newest request of its queue, as Linux does: what a
+    /// plug holds goes to the device in order, so a bio that can merge almost always
+    /// follows the request it merges with, and one try per bio keeps the merge check from
+    /// being the dearest step of a submission.
     fn try_merge(&mut self, queue: &RequestQueue<D>, bio: Bio) -> Result<(), Bio> {
         // One queue in the plug: its newest request is the last. Several: the newest of
         // this one.
@@ -4026,7 +4026,8 @@ impl<D: Driver> RequestQueue<D> {
             self.issue_list(rqs);
         }
         self.issue_plugged(rqs);
-        // What could not go straight to its hardware queue: into the software queues, then run each hardware queue touched once.
+        // What could not go straight to its hardware queue: into the software queues,
+        // then run each hardware queue touched once.
         let cpu = self.cpu();
         let mut last_hctx = usize::MAX;
         while let Some(rq) = rqs.pop_front() {

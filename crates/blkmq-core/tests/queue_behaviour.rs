@@ -1221,6 +1221,104 @@ fn a_flushed_plug_is_issued_directly_with_one_clock_read() {
     assert_eq!(log.sorted(), all_ok(6));
 }
 
+/// A tag set whose `queue_rq` may block reads the clock for each plugged request's start:
+/// a batch may sleep between two of them.
+#[test]
+fn a_blocking_set_reads_the_clock_for_each_plugged_request() {
+    let log = Log::new();
+    let clock = CountingClock::default();
+    let tags = TagSet::builder(64).flags(TagSetFlags::BLOCKING);
+    let host = Host::new(tags, clock.clone(), Disk::<CountingClock>::new(1)).unwrap();
+    let queue = host.add_queue(QueueConfig::new(limits())).unwrap();
+    let mut plug = Plug::new();
+    for n in 0..5 {
+        queue
+            .submit_plugged(&mut plug, log.bio(n, Op::Write, u64::from(n) * 100, 8))
+            .unwrap();
+    }
+    let before = clock.reads();
+    plug.flush();
+    assert_eq!(clock.reads() - before, 5);
+    let disk = host.driver();
+    assert_eq!(disk.held_sectors(), [0, 100, 200, 300, 400]);
+    let starts: Vec<u64> = lock(&disk.held)
+        .iter()
+        .map(|h| queue.io(&h.rq).unwrap().start_ns())
+        .collect();
+    assert!(starts.windows(2).all(|w| w[0] < w[1]), "{starts:?}");
+    drop(plug);
+    assert_eq!(finish(&queue), 5);
+    assert_eq!(log.sorted(), all_ok(5));
+}
+
+/// A plug over two hardware queues goes to each in the plug's order; a stopped one keeps
+/// its requests (through the software queues) until it is started, while the other goes.
+#[test]
+fn a_flushed_plug_goes_to_each_hardware_queue_and_waits_for_a_stopped_one() {
+    let log = Log::new();
+    let host = host_with(TagSet::builder(16).hw_queues(2), 2, StdDisk::new(2));
+    let queue = host.add_queue(QueueConfig::new(limits())).unwrap();
+    let platform = host.set().platform();
+    let plugged = |first: u32| {
+        let mut plug = Plug::new();
+        for (n, cpu) in [(0, 0), (1, 0), (2, 1), (3, 1), (4, 0)] {
+            platform.pin_current_thread(cpu);
+            let n = first + n;
+            queue
+                .submit_plugged(&mut plug, log.bio(n, Op::Read, u64::from(n) * 100, 8))
+                .unwrap();
+        }
+        platform.pin_current_thread(0);
+        assert_eq!(
+            host.driver().seen().len(),
+            first as usize,
+            "all in the plug"
+        );
+        plug.flush();
+    };
+    let seen = |from: usize| -> Vec<(usize, u64)> {
+        host.driver().seen()[from..]
+            .iter()
+            .map(|s| (s.hctx, s.sector))
+            .collect()
+    };
+    plugged(0);
+    assert_eq!(seen(0), [(0, 0), (0, 100), (1, 200), (1, 300), (0, 400)]);
+    assert_eq!(finish(&queue), 5);
+
+    queue.stop_hw_queue(0);
+    plugged(5);
+    assert_eq!(seen(5), [(1, 700), (1, 800)]);
+    assert!(queue.has_work(0));
+    queue.start_hw_queue(0);
+    assert_eq!(seen(5), [(1, 700), (1, 800), (0, 500), (0, 600), (0, 900)]);
+    assert_eq!(finish(&queue), 5);
+    assert_eq!(log.sorted(), all_ok(10));
+}
+
+/// A plug flushed into a quiesced queue issues nothing until the queue is unquiesced,
+/// then everything, in order.
+#[test]
+fn a_flushed_plug_on_a_quiesced_queue_waits_for_unquiesce() {
+    let log = Log::new();
+    let (host, queue) = single(QueueConfig::new(limits()));
+    queue.quiesce();
+    let mut plug = Plug::new();
+    for n in 0..3 {
+        queue
+            .submit_plugged(&mut plug, log.bio(n, Op::Read, u64::from(n) * 100, 8))
+            .unwrap();
+    }
+    plug.flush();
+    assert_eq!(host.driver().calls(), [0]);
+    assert!(queue.has_work(0));
+    queue.unquiesce();
+    assert_eq!(host.driver().held_sectors(), [0, 100, 200]);
+    drop(plug);
+    assert_eq!(finish(&queue), 3);
+    assert_eq!(log.sorted(), all_ok(3));
+}
+
 /// A flushed plug that finds the driver full stops there: the rest wait, and go in order
 /// as completions free the driver. Nothing is lost.
 #[test]
