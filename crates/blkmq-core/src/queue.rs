@@ -2399,12 +2399,7 @@ impl<D: Driver> RequestQueue<D> {
             return;
         }
         // Direct issue: nothing queued ahead, the hardware not busy, and nobody running it.
-        if h.dispatch_len.load(Ordering::Relaxed) == 0
-            && !h.busy.load(Ordering::Relaxed)
-            && h.run
-                .compare_exchange(0, RUNNING, Ordering::SeqCst, Ordering::SeqCst)
-                .is_ok()
-        {
+        if self.claim_idle(hctx) {
             if self.halted(hctx) {
                 self.push_ctx_for(cpu, kind, hctx, rq);
             } else {
@@ -2420,6 +2415,18 @@ impl<D: Driver> RequestQueue<D> {
         }
         self.push_ctx_for(cpu, kind, hctx, rq);
         self.run_hw_queue(hctx);
+    }
+
+    /// Claims `hctx`'s runner for a direct issue when the hardware queue is idle: nothing
+    /// on its dispatch list, the hardware not busy, and nobody running it. The claimer
+    /// checks [`halted`](Self::halted) next and ends with [`finish_run`](Self::finish_run).
+    fn claim_idle(&self, hctx: usize) -> bool {
+        let h = &self.hctxs[hctx];
+        h.dispatch_len.load(Ordering::SeqCst) == 0
+            && !h.busy.load(Ordering::Relaxed)
+            && h.run
+                .compare_exchange(0, RUNNING, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
     }
 
     fn push_ctx(&self, cpu: usize, kind: QueueType, rq: Rq) {
@@ -4076,12 +4083,7 @@ impl<D: Driver> RequestQueue<D> {
             }
             let hctx = self.rq_hctx(first, 0);
             let h = &self.hctxs[hctx];
-            if h.dispatch_len.load(Ordering::SeqCst) != 0
-                || h.busy.load(Ordering::Relaxed)
-                || h.run
-                    .compare_exchange(0, RUNNING, Ordering::SeqCst, Ordering::SeqCst)
-                    .is_err()
-            {
+            if !self.claim_idle(hctx) {
                 return;
             }
             if self.halted(hctx) {
@@ -4112,12 +4114,7 @@ impl<D: Driver> RequestQueue<D> {
         while let Some(first) = rqs.front() {
             let hctx = self.request(first).map_or(0, |r| r.hctx());
             let h = &self.hctxs[hctx];
-            if h.dispatch_len.load(Ordering::SeqCst) != 0
-                || h.busy.load(Ordering::Relaxed)
-                || h.run
-                    .compare_exchange(0, RUNNING, Ordering::SeqCst, Ordering::SeqCst)
-                    .is_err()
-            {
+            if !self.claim_idle(hctx) {
                 return;
             }
             if self.halted(hctx) {

@@ -331,6 +331,29 @@ fn finish<P: Platform, const B: bool>(queue: &RequestQueue<Disk<P, B>>) -> usize
     }
 }
 
+/// Writes bios `0..n` of `log` into `plug`: bio `k` is 8 sectors at `100 * k`, so none
+/// merges with another.
+fn plug_writes<'q, D: Driver>(
+    queue: &'q RequestQueue<D>,
+    plug: &mut Plug<'q, D>,
+    log: &Log,
+    n: u32,
+) {
+    for k in 0..n {
+        queue
+            .submit_plugged(plug, log.bio(k, Op::Write, u64::from(k) * 100, 8))
+            .unwrap();
+    }
+}
+
+/// The start stamps of the requests the driver holds, in the order it took them.
+fn held_starts<P: Platform, const B: bool>(queue: &RequestQueue<Disk<P, B>>) -> Vec<u64> {
+    lock(&queue.driver().held)
+        .iter()
+        .map(|h| queue.io(&h.rq).unwrap().start_ns())
+        .collect()
+}
+
 // ----- hosts and platforms -----
 
 /// A 1 GiB-ish device with Linux's default limits.
@@ -1139,11 +1162,7 @@ fn queue_rqs_takes_a_flushed_plug_as_one_batch() {
     let log = Log::new();
     let (host, queue) = batch_queue();
     let mut plug = Plug::new();
-    for n in 0..4 {
-        queue
-            .submit_plugged(&mut plug, log.bio(n, Op::Write, u64::from(n) * 100, 8))
-            .unwrap();
-    }
+    plug_writes(&queue, &mut plug, &log, 4);
     drop(plug);
     let disk = host.driver();
     assert_eq!(*lock(&disk.batches), [vec![0, 100, 200, 300]]);
@@ -1182,26 +1201,31 @@ impl Platform for CountingClock {
     fn kick(&self, _hctx: usize) {}
 }
 
+type CountedDisk = Disk<CountingClock>;
+
+/// One queue on a [`CountingClock`] with one hardware queue of `tags`.
+fn counted(
+    tags: TagSetBuilder,
+) -> (
+    CountingClock,
+    Arc<Host<CountedDisk>>,
+    Arc<RequestQueue<CountedDisk>>,
+) {
+    let clock = CountingClock::default();
+    let host = Host::new(tags, clock.clone(), CountedDisk::new(1)).unwrap();
+    let queue = host.add_queue(QueueConfig::new(limits())).unwrap();
+    (clock, host, queue)
+}
+
 /// Without `queue_rqs`, a flushed plug goes straight to its idle hardware queue through
 /// `queue_rq`, in order, nothing left in the software queues, and its requests share one
 /// read of the clock for their start; a lone submission reads the clock for its own.
 #[test]
 fn a_flushed_plug_is_issued_directly_with_one_clock_read() {
     let log = Log::new();
-    let clock = CountingClock::default();
-    let host = Host::new(
-        TagSet::builder(64),
-        clock.clone(),
-        Disk::<CountingClock>::new(1),
-    )
-    .unwrap();
-    let queue = host.add_queue(QueueConfig::new(limits())).unwrap();
+    let (clock, host, queue) = counted(TagSet::builder(64));
     let mut plug = Plug::new();
-    for n in 0..5 {
-        queue
-            .submit_plugged(&mut plug, log.bio(n, Op::Write, u64::from(n) * 100, 8))
-            .unwrap();
-    }
+    plug_writes(&queue, &mut plug, &log, 5);
     let before = clock.reads();
     plug.flush();
     assert_eq!(clock.reads() - before, 1, "one read for the whole plug");
@@ -1209,10 +1233,7 @@ fn a_flushed_plug_is_issued_directly_with_one_clock_read() {
     assert_eq!(disk.calls(), [5]);
     assert_eq!(disk.held_sectors(), [0, 100, 200, 300, 400]);
     assert!(!queue.has_work(0));
-    let starts: Vec<u64> = lock(&disk.held)
-        .iter()
-        .map(|h| queue.io(&h.rq).unwrap().start_ns())
-        .collect();
+    let starts = held_starts(&queue);
     assert_eq!(starts, [before * 1_000 + 1_000; 5]);
     queue.submit(log.bio(5, Op::Write, 900, 8)).unwrap();
     assert_eq!(clock.reads() - before, 2, "a lone submission reads its own");
@@ -1226,25 +1247,15 @@ fn a_flushed_plug_is_issued_directly_with_one_clock_read() {
 #[test]
 fn a_blocking_set_reads_the_clock_for_each_plugged_request() {
     let log = Log::new();
-    let clock = CountingClock::default();
-    let tags = TagSet::builder(64).flags(TagSetFlags::BLOCKING);
-    let host = Host::new(tags, clock.clone(), Disk::<CountingClock>::new(1)).unwrap();
-    let queue = host.add_queue(QueueConfig::new(limits())).unwrap();
+    let (clock, host, queue) = counted(TagSet::builder(64).flags(TagSetFlags::BLOCKING));
     let mut plug = Plug::new();
-    for n in 0..5 {
-        queue
-            .submit_plugged(&mut plug, log.bio(n, Op::Write, u64::from(n) * 100, 8))
-            .unwrap();
-    }
+    plug_writes(&queue, &mut plug, &log, 5);
     let before = clock.reads();
     plug.flush();
     assert_eq!(clock.reads() - before, 5);
     let disk = host.driver();
     assert_eq!(disk.held_sectors(), [0, 100, 200, 300, 400]);
-    let starts: Vec<u64> = lock(&disk.held)
-        .iter()
-        .map(|h| queue.io(&h.rq).unwrap().start_ns())
-        .collect();
+    let starts = held_starts(&queue);
     assert!(starts.windows(2).all(|w| w[0] < w[1]), "{starts:?}");
     drop(plug);
     assert_eq!(finish(&queue), 5);
@@ -1328,11 +1339,7 @@ fn a_flushed_plug_that_fills_the_driver_waits_for_completions() {
     let disk = host.driver();
     disk.cap.store(2, Ordering::SeqCst);
     let mut plug = Plug::new();
-    for n in 0..5 {
-        queue
-            .submit_plugged(&mut plug, log.bio(n, Op::Write, u64::from(n) * 100, 8))
-            .unwrap();
-    }
+    plug_writes(&queue, &mut plug, &log, 5);
     drop(plug);
     assert_eq!(disk.held_sectors(), [0, 100]);
     assert_eq!(disk.calls(), [3], "the third was turned down");
@@ -1356,11 +1363,7 @@ fn a_queue_rqs_reject_puts_the_rest_back_for_later() {
     let disk = host.driver();
     disk.reject_at.store(2, Ordering::SeqCst);
     let mut plug = Plug::new();
-    for n in 0..5 {
-        queue
-            .submit_plugged(&mut plug, log.bio(n, Op::Write, u64::from(n) * 100, 8))
-            .unwrap();
-    }
+    plug_writes(&queue, &mut plug, &log, 5);
     drop(plug);
     assert_eq!(*lock(&disk.batches), [vec![0, 100]]);
     assert_eq!(disk.calls(), [0]);
