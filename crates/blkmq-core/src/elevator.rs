@@ -1185,7 +1185,8 @@ pub trait Elevator: core::any::Any + Send {
     /// let elevator = Box::new(Timing::default());
     /// let config = QueueConfig::new(QueueLimits::new(1024)).elevator(elevator);
     /// let queue = host.add_queue(config).unwrap();
-    /// let before = queue.platform().now_ns();
+    /// // Start stamps come from the coarse clock: the span starts on it too.
+    /// let before = queue.platform().coarse_now_ns();
     /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
     /// queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)));
     /// let spent = queue.platform().now_ns() - before;

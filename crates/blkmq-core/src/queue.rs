@@ -2909,8 +2909,9 @@ impl<D: Driver> RequestQueue<D> {
                 return Issued::Ended;
             }
         }
-        // The elevator's dispatch may have read the clock a moment ago: one read serves.
-        let now = now.unwrap_or_else(|| self.platform().now_ns());
+        // The start stamp, and so the timeout deadline, needs only the coarse clock; the
+        // elevator's dispatch may have read the clock a moment ago, and one read serves.
+        let now = now.unwrap_or_else(|| self.platform().coarse_now_ns());
         if tags.start(&mut rq, now).is_err() {
             driver.put_budget(&cx);
             self.budget_returned(runner);
@@ -4099,7 +4100,7 @@ impl<D: Driver> RequestQueue<D> {
                     batch.push_back(rq);
                 }
             }
-            let now = (!blocking).then(|| self.platform().now_ns());
+            let now = (!blocking).then(|| self.platform().coarse_now_ns());
             self.issue_batch(hctx, &mut batch, epoch, now);
             drop(batch);
             self.finish_run(hctx);
@@ -4126,7 +4127,7 @@ impl<D: Driver> RequestQueue<D> {
             let mut batch = h.scratch.lock();
             let mut no_budget = false;
             // Nothing runs between the starts: one read of the clock serves them all.
-            let now = self.platform().now_ns();
+            let now = self.platform().coarse_now_ns();
             while rqs
                 .front()
                 .is_some_and(|rq| self.request(rq).is_some_and(|r| r.hctx() == hctx))

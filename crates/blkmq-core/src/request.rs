@@ -874,7 +874,9 @@ impl RqIo {
         self.nr_bios
     }
 
-    /// When the request was started, in platform nanoseconds.
+    /// When the request was started, in platform nanoseconds. A request queue stamps it
+    /// from the platform's [coarse clock](crate::Platform::coarse_now_ns) (or a precise
+    /// reading it already had), so it may be early by up to that clock's lag.
     ///
     /// ```
     /// use blkmq_core::{Alloc, Bio, Op, StdPlatform, TagSet};

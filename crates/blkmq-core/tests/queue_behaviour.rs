@@ -405,6 +405,35 @@ impl Platform for Clock {
 
 type ClockDisk = Disk<Clock>;
 
+/// A [`Clock`] whose coarse reading lags by ticks of [`TICK_NS`], as jiffies do.
+#[derive(Clone, Default)]
+struct TickClock(Clock);
+
+/// The tick of a [`TickClock`]'s coarse reading.
+const TICK_NS: u64 = 4_000;
+
+impl Platform for TickClock {
+    type RawMutex = spin::mutex::SpinMutex<()>;
+
+    fn nr_cpus(&self) -> usize {
+        1
+    }
+
+    fn current_cpu(&self) -> usize {
+        0
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.0.now_ns()
+    }
+
+    fn coarse_now_ns(&self) -> u64 {
+        self.0.now_ns() / TICK_NS * TICK_NS
+    }
+
+    fn kick(&self, _hctx: usize) {}
+}
+
 /// A queue on a [`Clock`] whose requests time out `timeout_ns` after they start.
 fn clocked(timeout_ns: u64) -> (Clock, Arc<RequestQueue<ClockDisk>>) {
     let clock = Clock::default();
@@ -1414,6 +1443,42 @@ fn a_timeout_fires_once_per_dispatch_when_done() {
     assert_eq!(log.ends(), [(0, Status::Timeout)]);
     assert_eq!(queue.check_timeouts(u64::MAX), 0);
     assert_eq!(queue.timeouts(), 2);
+}
+
+/// A request's start stamp, and so its deadline, come from the platform's coarse clock:
+/// the tick before the precise time, never after it.
+#[test]
+fn a_request_is_stamped_from_the_coarse_clock() {
+    let log = Log::new();
+    let clock = TickClock::default();
+    let host = Host::new(
+        TagSet::builder(8).timeout_ns(1_000),
+        clock.clone(),
+        Disk::<TickClock>::new(1),
+    )
+    .unwrap();
+    let queue = host.add_queue(QueueConfig::new(limits())).unwrap();
+    clock.0.set(10_500);
+    queue.submit(log.bio(2, Op::Read, 900, 8)).unwrap();
+    let mut plug = Plug::new();
+    plug_writes(&queue, &mut plug, &log, 2);
+    clock.0.set(13_900);
+    plug.flush();
+    assert_eq!(held_starts(&queue), [8_000, 12_000, 12_000]);
+    let deadlines: Vec<u64> = lock(&host.driver().held)
+        .iter()
+        .map(|h| queue.request(&h.rq).unwrap().deadline_ns())
+        .collect();
+    assert_eq!(deadlines, [9_000, 13_000, 13_000]);
+    assert_eq!(queue.check_timeouts(8_999), 0);
+    assert_eq!(
+        queue.check_timeouts(9_000),
+        1,
+        "a tick early against the precise start"
+    );
+    assert_eq!(queue.check_timeouts(13_000), 2);
+    assert_eq!(finish(&queue), 3);
+    assert_eq!(log.sorted(), all_ok(3));
 }
 
 /// `ResetTimer` gives the request another full timeout from the check that fired.
