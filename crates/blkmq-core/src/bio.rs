@@ -500,6 +500,7 @@ impl Bio {
     /// Bio::new(Op::Read, 0, 8).complete(Status::Ok); // no callback: nothing happens
     /// assert_eq!(ENDED.load(Ordering::Relaxed), 5);
     /// ```
+    #[inline]
     pub fn complete(self, status: Status) {
         if let Some(end_io) = self.end_io {
             end_io(self, status);

@@ -218,6 +218,15 @@ impl QueueLimits {
         }
         let mut at = sector * SECTOR_SIZE;
         let end = at + u64::from(sectors) * SECTOR_SIZE;
+        if end == at {
+            return 0;
+        }
+        // One segment, the common case: within one boundary window and one segment's size.
+        if end - at <= u64::from(self.max_segment_size)
+            && (at | self.seg_boundary_mask) == ((end - 1) | self.seg_boundary_mask)
+        {
+            return 1;
+        }
         let mut count = 0;
         while at < end {
             let boundary = (at | self.seg_boundary_mask) + 1;
@@ -347,4 +356,44 @@ impl QueueLimits {
 /// bio-side flags).
 pub(crate) fn mergeable(op: Op, flags: BioFlags) -> bool {
     op != Op::Flush && !flags.intersects(BioFlags::NOMERGE | BioFlags::PREFLUSH | BioFlags::FUA)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Segments by walking every boundary window and segment-size step.
+    fn walked(limits: &QueueLimits, sector: u64, sectors: u32) -> u32 {
+        let mut at = sector * SECTOR_SIZE;
+        let end = at + u64::from(sectors) * SECTOR_SIZE;
+        let mut count = 0;
+        while at < end {
+            let boundary = (at | limits.seg_boundary_mask) + 1;
+            at += (end.min(boundary) - at).min(u64::from(limits.max_segment_size));
+            count += 1;
+        }
+        count
+    }
+
+    proptest! {
+        /// The one-segment shortcut counts what the walk counts.
+        #[test]
+        fn segments_match_the_walk(
+            boundary_shift in 9u32..20,
+            segment_kib in 1u32..1024,
+            sector in 0u64..1 << 24,
+            sectors in 0u32..4096,
+        ) {
+            let limits = QueueLimits {
+                seg_boundary_mask: (1u64 << boundary_shift) - 1,
+                max_segment_size: segment_kib * 1024,
+                ..QueueLimits::new(1 << 30)
+            };
+            prop_assert_eq!(
+                limits.segments(Op::Write, sector, sectors),
+                walked(&limits, sector, sectors)
+            );
+        }
+    }
 }

@@ -2293,15 +2293,11 @@ impl<D: Driver> RequestQueue<D> {
     /// Puts `bio` in the fresh request `rq`, with its segment count. That cannot fail for
     /// our own request; should it, both come back for [`abandon`](Self::abandon).
     fn fill(&self, mut rq: Rq, bio: Bio) -> Result<Rq, (Rq, Bio)> {
-        let tags = self.tags();
         let segments = self.limits.segments(bio.op, bio.sector, bio.sectors);
-        if tags.set_bio(&mut rq, bio).is_err() {
-            return Err((rq, bio));
+        match self.tags().set_bio_segments(&mut rq, bio, segments) {
+            Ok(()) => Ok(rq),
+            Err(_) => Err((rq, bio)),
         }
-        if let Ok(io) = tags.io_mut(&mut rq) {
-            io.segments = segments;
-        }
-        Ok(rq)
     }
 
     /// Gives up a submission whose request could not take its bio: the request freed, the
@@ -2323,7 +2319,8 @@ impl<D: Driver> RequestQueue<D> {
         shallow: Option<Option<usize>>,
     ) -> Result<(), Bio> {
         let tags = self.tags();
-        let elevated = self.has_elevator.load(Ordering::Relaxed) && bio.op != Op::Flush;
+        let flush = bio.op == Op::Flush;
+        let elevated = self.has_elevator.load(Ordering::Relaxed) && !flush;
         let mut alloc = Alloc::new(hctx, cpu);
         if elevated {
             alloc.shallow_depth = match shallow {
@@ -2373,13 +2370,21 @@ impl<D: Driver> RequestQueue<D> {
             plug.add(self, rq);
             return Ok(());
         }
-        self.insert_and_run(rq, cpu, hctx, kind, elevated);
+        self.insert_and_run(rq, cpu, hctx, kind, elevated, flush);
         Ok(())
     }
 
     /// Inserts a fresh request (or issues it directly when the hardware queue is idle and
-    /// unscheduled) and runs its hardware queue.
-    fn insert_and_run(&self, rq: Rq, cpu: usize, hctx: usize, kind: QueueType, elevated: bool) {
+    /// unscheduled) and runs its hardware queue. `flush`: the request is a flush.
+    fn insert_and_run(
+        &self,
+        rq: Rq,
+        cpu: usize,
+        hctx: usize,
+        kind: QueueType,
+        elevated: bool,
+        flush: bool,
+    ) {
         if elevated {
             let cx = self.elv_cx();
             if let Some(e) = self.elevator.lock().as_mut() {
@@ -2392,7 +2397,6 @@ impl<D: Driver> RequestQueue<D> {
             return;
         }
         let h = &self.hctxs[hctx];
-        let flush = self.io(&rq).is_some_and(|io| io.op() == Op::Flush);
         if flush {
             self.push_dispatch(hctx, rq, false);
             self.run_hw_queue(hctx);

@@ -770,10 +770,30 @@ impl<T, P: Platform> QueueTags<T, P> {
     /// ```
     pub fn set_bio(&self, rq: &mut Rq, bio: Bio) -> Result<(), TagError> {
         let io = self.io_mut(rq)?;
+        self.replace_bios(io, bio);
+        Ok(())
+    }
+
+    /// Makes `bio` the only bio of `io`, ending any it carried.
+    #[inline(always)]
+    fn replace_bios(&self, io: &mut RqIo, bio: Bio) {
         if io.nr_bios() != 0 {
             io.end_bios(&self.set.bios, Status::IoErr);
         }
         io.set_bio(bio);
+    }
+
+    /// [`set_bio`](Self::set_bio) with the chain's data segments as the caller counted
+    /// them, in one look-up of the request.
+    pub(crate) fn set_bio_segments(
+        &self,
+        rq: &mut Rq,
+        bio: Bio,
+        segments: u32,
+    ) -> Result<(), TagError> {
+        let io = self.io_mut(rq)?;
+        self.replace_bios(io, bio);
+        io.segments = segments;
         Ok(())
     }
 

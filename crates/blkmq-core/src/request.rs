@@ -1143,6 +1143,7 @@ impl RqIo {
     }
 
     /// Takes the first bio off the request.
+    #[inline]
     fn pop_front(&mut self, pool: &BioPool) -> Option<Bio> {
         if let Some(first) = self.first.take() {
             self.nr_bios -= 1;

@@ -62,8 +62,9 @@ impl<R: lock_api::RawMutex> SplitPool<R> {
     }
 
     /// Whether `bio` is a live piece of a parent here (the rest of a split, resubmitted).
+    #[inline]
     pub(crate) fn is_piece(&self, bio: &Bio) -> bool {
-        self.slot_of(bio).is_some()
+        bio.flags.contains(BioFlags::SPLIT) && self.slot_of(bio).is_some()
     }
 
     /// Parks `parent` and returns one piece covering all of it, or gives the parent back
@@ -134,7 +135,18 @@ impl<R: lock_api::RawMutex> SplitPool<R> {
 
     /// Ends `bio`: a piece counts towards its parent, which ends with the first error of
     /// its pieces when the last one ends; any other bio ends through its callback.
+    #[inline]
     pub(crate) fn end(&self, bio: Bio, status: Status) {
+        if bio.flags.contains(BioFlags::SPLIT) {
+            self.end_piece(bio, status);
+        } else {
+            bio.complete(status);
+        }
+    }
+
+    /// [`end`](Self::end) for a bio marked as a piece.
+    #[inline(never)]
+    fn end_piece(&self, bio: Bio, status: Status) {
         let Some(slot) = self.slot_of(&bio) else {
             bio.complete(status);
             return;
