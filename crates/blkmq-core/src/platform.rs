@@ -283,7 +283,12 @@ mod std_platform {
                     cpu
                 }
             });
-            slot % self.inner.nr_cpus
+            // Most threads' slots are below the count already: no division for them.
+            if slot < self.inner.nr_cpus {
+                slot
+            } else {
+                slot % self.inner.nr_cpus
+            }
         }
 
         #[inline]

@@ -2408,7 +2408,8 @@ impl<D: Driver> RequestQueue<D> {
                 self.push_ctx_for(cpu, kind, hctx, rq);
             } else {
                 let epoch = self.host.epoch.load(Ordering::SeqCst);
-                if let Issued::GaveUp(rq, status) = self.issue_one(hctx, rq, true, None, None) {
+                if let Issued::GaveUp(rq, status) = self.issue_one(hctx, hctx, rq, true, None, None)
+                {
                     let mut batch = h.scratch.lock();
                     batch.push_back(rq);
                     self.give_up(hctx, &mut batch, epoch, status);
@@ -2802,7 +2803,7 @@ impl<D: Driver> RequestQueue<D> {
                 self.run_hw_queue(own);
                 continue;
             }
-            match self.issue_one(hctx, rq, true, Some(hctx), elv_cx.time_read()) {
+            match self.issue_one(hctx, hctx, rq, true, Some(hctx), elv_cx.time_read()) {
                 Issued::Queued | Issued::Ended => {}
                 Issued::GaveUp(rq, status) => {
                     let mut batch = h.scratch.lock();
@@ -2834,6 +2835,8 @@ impl<D: Driver> RequestQueue<D> {
                 self.driver().commit_rqs(&self.cx(h));
             }
         };
+        // The hardware queue of the request at the front, when the one before looked.
+        let mut front_own: Option<usize> = None;
         while let Some(rq) = batch.pop_front() {
             if self.halted(hctx) {
                 batch.push_front(rq);
@@ -2841,14 +2844,13 @@ impl<D: Driver> RequestQueue<D> {
                 commit(&mut owed);
                 return false;
             }
-            let own = self.rq_hctx(&rq, hctx);
+            let own = front_own.take().unwrap_or_else(|| self.rq_hctx(&rq, hctx));
             if owed.is_some_and(|h| h != own) {
                 commit(&mut owed);
             }
-            let last = batch
-                .front()
-                .is_none_or(|next| self.rq_hctx(next, hctx) != own);
-            match self.issue_one(hctx, rq, last, None, now) {
+            front_own = batch.front().map(|next| self.rq_hctx(next, hctx));
+            let last = front_own.is_none_or(|next| next != own);
+            match self.issue_one(hctx, own, rq, last, None, now) {
                 Issued::Queued => owed = (!last).then_some(own),
                 Issued::Ended => {}
                 Issued::GaveUp(rq, status) => {
@@ -2869,18 +2871,19 @@ impl<D: Driver> RequestQueue<D> {
     }
 
     /// Issues one request: budget (unless `budget` says which hardware queue's context
-    /// holds one), driver tag, start, `queue_rq` — on the request's own hardware queue (an
-    /// elevator may hand any runner any request).
+    /// holds one), driver tag, start, `queue_rq` — on `hctx`, the request's own hardware
+    /// queue, which need not be the `runner`'s (an elevator may hand any runner any
+    /// request).
     fn issue_one(
         &self,
         runner: usize,
+        hctx: usize,
         mut rq: Rq,
         last: bool,
         budget: Option<usize>,
         now: Option<u64>,
     ) -> Issued {
         let tags = self.tags();
-        let hctx = tags.request(&rq).map_or(runner, |r| r.hctx());
         let cx = self.cx(hctx);
         let driver = self.driver();
         match budget {
@@ -2899,7 +2902,14 @@ impl<D: Driver> RequestQueue<D> {
                 }
             }
         }
-        match tags.get_driver_tag(&mut rq) {
+        // Without scheduler tags a request holds its driver tag from its allocation (a
+        // request not ours fails its start just below).
+        let tagged = if tags.has_scheduler() {
+            tags.get_driver_tag(&mut rq)
+        } else {
+            Ok(true)
+        };
+        match tagged {
             Ok(true) => {}
             Ok(false) => {
                 driver.put_budget(&cx);
@@ -3119,7 +3129,7 @@ impl<D: Driver> RequestQueue<D> {
         }
         let splits = &self.splits;
         if tags
-            .complete_with(rq, status, &mut |bio, status| splits.end(bio, status))
+            .complete_with(rq, status, |bio, status| splits.end(bio, status))
             .is_ok()
         {
             self.exit();
@@ -3633,9 +3643,7 @@ impl<D: Driver> Drop for RequestQueue<D> {
             let splits = &self.splits;
             let _ = self
                 .tags()
-                .complete_with(rq, Status::IoErr, &mut |bio, status| {
-                    splits.end(bio, status)
-                });
+                .complete_with(rq, Status::IoErr, |bio, status| splits.end(bio, status));
         }
         self.splits.fail_all(Status::IoErr);
         // What the driver still holds will never end through this queue.
@@ -4082,11 +4090,16 @@ impl<D: Driver> RequestQueue<D> {
     /// for their start, as the requests of one plug share it in Linux.
     fn issue_plugged(&self, rqs: &mut VecDeque<Rq>) {
         let blocking = self.host.set.flags().contains(TagSetFlags::BLOCKING);
+        // A request's hardware queue; `None` for a flush (or a request not ours).
+        let data_hctx = |rq: &Rq| {
+            self.tags()
+                .hctx_and_op(rq)
+                .and_then(|(hctx, op)| (op != Op::Flush).then_some(hctx))
+        };
         while let Some(first) = rqs.front() {
-            if self.io(first).is_none_or(|io| io.op() == Op::Flush) {
+            let Some(hctx) = data_hctx(first) else {
                 return;
-            }
-            let hctx = self.rq_hctx(first, 0);
+            };
             let h = &self.hctxs[hctx];
             if !self.claim_idle(hctx) {
                 return;
@@ -4097,9 +4110,11 @@ impl<D: Driver> RequestQueue<D> {
             }
             let epoch = self.host.epoch.load(Ordering::SeqCst);
             let mut batch = h.scratch.lock();
-            while rqs.front().is_some_and(|rq| {
-                self.rq_hctx(rq, hctx) == hctx && self.io(rq).is_some_and(|io| io.op() != Op::Flush)
-            }) {
+            // The first is known to belong; each later one is looked at once.
+            while rqs
+                .front()
+                .is_some_and(|rq| batch.is_empty() || data_hctx(rq) == Some(hctx))
+            {
                 if let Some(rq) = rqs.pop_front() {
                     batch.push_back(rq);
                 }

@@ -12,7 +12,7 @@ use core::task::{Context, Poll};
 use blkmq_sbitmap::{SbitmapQueue, Waiter};
 use crossbeam_utils::CachePadded;
 
-use crate::bio::{Bio, Status};
+use crate::bio::{Bio, Op, Status};
 use crate::error::{ConfigError, TagError};
 use crate::platform::Platform;
 use crate::request::{NO_TAG, Request, Rq, RqIo, RqState};
@@ -686,6 +686,20 @@ impl<T, P: Platform> QueueTags<T, P> {
         Ok(self.owner(rq)?.1)
     }
 
+    /// The hardware queue `rq` was allocated for and its operation, in one look-up.
+    pub(crate) fn hctx_and_op(&self, rq: &Rq) -> Option<(usize, Op)> {
+        let (request, io) = self.request_and_io(rq).ok()?;
+        Some((request.hctx(), io.op()))
+    }
+
+    /// The shared side of the request `rq` names and the I/O it carries.
+    fn request_and_io<'a>(&'a self, rq: &'a Rq) -> Result<(&'a Request<T>, &'a RqIo), TagError> {
+        let request = self.owner(rq)?.1;
+        // SAFETY: `rq` is the request's unique token and the result borrows it, so no
+        // `&mut RqIo` (which needs the token borrowed mutably) can exist meanwhile.
+        Ok((request, unsafe { request.io_ref() }))
+    }
+
     /// The I/O `rq` carries.
     ///
     /// # Errors
@@ -717,10 +731,7 @@ impl<T, P: Platform> QueueTags<T, P> {
     /// assert_eq!(view.sector(), 0);
     /// ```
     pub fn io<'a>(&'a self, rq: &'a Rq) -> Result<&'a RqIo, TagError> {
-        let request = self.owner(rq)?.1;
-        // SAFETY: `rq` is the request's unique token and the result borrows it, so no
-        // `&mut RqIo` (which needs the token borrowed mutably) can exist meanwhile.
-        Ok(unsafe { request.io_ref() })
+        Ok(self.request_and_io(rq)?.1)
     }
 
     /// The I/O `rq` carries, for changing it (the elevator's data, say).
@@ -978,7 +989,7 @@ impl<T, P: Platform> QueueTags<T, P> {
     /// assert_eq!(set.busy(), 0);
     /// ```
     pub fn complete(&self, rq: Rq, status: Status) -> Result<(), TagError> {
-        self.complete_with(rq, status, &mut Bio::complete)
+        self.complete_with(rq, status, Bio::complete)
     }
 
     /// Like [`complete`](Self::complete), each bio handed to `end` rather than its callback.
@@ -986,7 +997,7 @@ impl<T, P: Platform> QueueTags<T, P> {
         &self,
         rq: Rq,
         status: Status,
-        end: &mut dyn FnMut(Bio, Status),
+        end: impl FnMut(Bio, Status),
     ) -> Result<(), TagError> {
         let request = self.owner(&rq)?.1;
         // From idle (ended before it was started) or in flight; already complete when a

@@ -1123,7 +1123,7 @@ impl RqIo {
     /// Each bio leaves the chain (and its slot goes back) before its callback runs, so a
     /// callback that panics leaves a consistent, shorter chain behind.
     pub(crate) fn end_bios(&mut self, pool: &BioPool, status: Status) -> u32 {
-        self.end_bios_with(pool, status, &mut Bio::complete)
+        self.end_bios_with(pool, status, Bio::complete)
     }
 
     /// Like [`end_bios`](Self::end_bios), each bio handed to `end` instead of its callback.
@@ -1131,9 +1131,18 @@ impl RqIo {
         &mut self,
         pool: &BioPool,
         status: Status,
-        end: &mut dyn FnMut(Bio, Status),
+        mut end: impl FnMut(Bio, Status),
     ) -> u32 {
         let mut ended = 0;
+        // The first bio straight from its field, not through an `Option` of it: moving the
+        // `Option` copies the bio in overlapping pieces that stall the copy after it.
+        if let Some(bio) = self.first {
+            self.first = None;
+            self.nr_bios -= 1;
+            self.sectors -= u64::from(bio.sectors);
+            end(bio, status);
+            ended += 1;
+        }
         while let Some(bio) = self.pop_front(pool) {
             end(bio, status);
             ended += 1;
