@@ -450,7 +450,7 @@ impl<T, P: Platform> QueueTags<T, P> {
         // SAFETY: we hold the tag just allocated, so nobody else reaches `io`.
         unsafe { request.io_mut() }.reset(alloc.cpu as u32, false);
         let generation = request.claim(alloc.hctx as u32, self.id);
-        Ok(Rq::new(self.set_id, m, tag, request, generation))
+        Ok(Rq::new(self.set_id, m, tag, generation))
     }
 
     #[inline(never)]
@@ -478,7 +478,7 @@ impl<T, P: Platform> QueueTags<T, P> {
                 let io = unsafe { request.io_mut() };
                 io.reset(cpu as u32, counted);
                 let generation = request.claim(alloc.hctx as u32, self.id);
-                Ok(Some(Rq::new(self.set.id, m, tag, request, generation)))
+                Ok(Some(Rq::new(self.set.id, m, tag, generation)))
             }
             Some(sched) => {
                 let map = &sched.maps[m];
@@ -496,7 +496,7 @@ impl<T, P: Platform> QueueTags<T, P> {
                 io.reset(cpu as u32, false);
                 io.sched_data = [0; 2];
                 let generation = request.claim(alloc.hctx as u32, self.id);
-                Ok(Some(Rq::new(sched.id, m, tag, request, generation)))
+                Ok(Some(Rq::new(sched.id, m, tag, generation)))
             }
         }
     }
@@ -634,7 +634,7 @@ impl<T, P: Platform> QueueTags<T, P> {
         out.extend(batch.iter().map(|bit| {
             let tag = bit + map.nr_reserved;
             let request = &map.requests[tag];
-            Rq::new(pool, m, tag, request, request.allocation())
+            Rq::new(pool, m, tag, request.allocation())
         }));
         Ok(batch.len())
     }
@@ -659,9 +659,7 @@ impl<T, P: Platform> QueueTags<T, P> {
             Owner::Driver(_, map) | Owner::Sched(_, map) => map,
         };
         let request = map.requests.get(tag).ok_or(TagError::ForeignRequest)?;
-        if ptr::from_ref(request).addr() != rq.addr()
-            || !request.is_owned_by(self.id, rq.generation())
-        {
+        if !request.is_owned_by(self.id, rq.generation()) {
             return Err(TagError::ForeignRequest);
         }
         Ok((owner, request))
@@ -1037,15 +1035,7 @@ impl<T, P: Platform> QueueTags<T, P> {
         if rq.pool() == self.set_id {
             if let Some(map) = self.maps().get(rq.map()) {
                 let tag = rq.index();
-                // The token's address is checked against the array, but the request is read
-                // through the token's own copy, so the loads need not wait for the array's.
-                let size = core::mem::size_of::<Request<T>>();
-                let offset = rq.addr().wrapping_sub(map.requests.as_ptr().addr());
-                if tag < map.requests.len() && offset == tag * size {
-                    // SAFETY: the address is that of `map.requests[tag]` (checked just above),
-                    // alive as long as the set, which `self` holds.
-                    let request =
-                        unsafe { &*ptr::with_exposed_provenance::<Request<T>>(rq.addr()) };
+                if let Some(request) = map.requests.get(tag) {
                     if request.is_owned_by(self.id, rq.generation()) && tag >= map.nr_reserved {
                         // SAFETY: the token is live and ours (just checked), and we own it:
                         // nobody else reaches `io`.

@@ -29,7 +29,6 @@
 
 use core::cell::UnsafeCell;
 use core::fmt;
-use core::ptr;
 
 use crate::bio::{Bio, BioFlags, IoPrio, IssuerId, Op, Status};
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
@@ -540,8 +539,8 @@ pub const fn unique_tag_tag(unique: u32) -> u32 {
 /// The token of an allocated request: whoever holds it owns the request's I/O side.
 ///
 /// Returned by allocation, consumed by freeing; it cannot be cloned, so a request is never
-/// freed twice through it. It is three words and holds no reference, so it moves freely through
-/// lists and across threads. Dropping one without freeing it leaks its tag, which is why it
+/// freed twice through it. It is two words and holds no reference, so it moves freely through
+/// lists and across threads, and in registers from call to call. Dropping one without freeing it leaks its tag, which is why it
 /// is `#[must_use]`.
 ///
 /// ```
@@ -557,11 +556,9 @@ pub const fn unique_tag_tag(unique: u32) -> u32 {
 #[must_use = "dropping an Rq leaks its tag; free it"]
 #[derive(Debug, PartialEq, Eq)]
 pub struct Rq {
-    /// `pool << 32 | map << 16 | tag`, in one word.
+    /// `pool << 32 | map << 16 | tag`, in one word. Pool identities are never reused, so
+    /// this names one request of one live pool, or none.
     packed: u64,
-    /// The request's address. Freeing checks it against the pool, and then loads the
-    /// request through it without waiting for the pool's own pointers to load.
-    addr: usize,
     /// The request's allocation count when it was allocated: a token kept past its
     /// request's life (say, of a dropped queue) never matches the request's next allocation.
     generation: u64,
@@ -569,16 +566,9 @@ pub struct Rq {
 
 impl Rq {
     #[inline(always)]
-    pub(crate) fn new<T>(
-        pool: u32,
-        map: usize,
-        tag: usize,
-        request: &Request<T>,
-        generation: u64,
-    ) -> Self {
+    pub(crate) fn new(pool: u32, map: usize, tag: usize, generation: u64) -> Self {
         Self {
             packed: (u64::from(pool) << 32) | ((map as u64 & 0xffff) << 16) | (tag as u64 & 0xffff),
-            addr: ptr::from_ref(request).expose_provenance(),
             generation,
         }
     }
@@ -587,12 +577,6 @@ impl Rq {
     #[inline(always)]
     pub(crate) fn generation(&self) -> u64 {
         self.generation
-    }
-
-    /// The request's address, for checking against the pool that should hold it.
-    #[inline(always)]
-    pub(crate) fn addr(&self) -> usize {
-        self.addr
     }
 
     /// The identity of the tags that own the request.
