@@ -934,7 +934,7 @@ impl<T, P: Platform> QueueTags<T, P> {
         unsafe { request.io_mut() }.start_ns = now_ns;
         request.set_deadline(now_ns.saturating_add(self.set.timeout_ns()));
         request
-            .transition(RqState::Idle, RqState::InFlight)
+            .start()
             .map_err(|state| TagError::WrongState { state })
     }
 

@@ -220,20 +220,17 @@ impl<T> Request<T> {
         self.state.load(Ordering::Acquire) >> STATE_BITS
     }
 
-    /// Moves the state from `from` to `to` (the owner's transitions), counting a start when
-    /// `to` is in flight. Fails, changing nothing, when the state is not `from`: a racing
-    /// [`try_complete`](Self::try_complete) may have won.
+    /// Moves the state from `from` to `to` (the owner's transitions but a start, which is
+    /// [`start`](Self::start)). Fails, changing nothing, when the state is not `from`: a
+    /// racing [`try_complete`](Self::try_complete) may have won.
     pub(crate) fn transition(&self, from: RqState, to: RqState) -> Result<(), RqState> {
+        debug_assert_ne!(to, RqState::InFlight, "a start counts itself: `start`");
         let mut word = self.state.load(Ordering::Acquire);
         loop {
             if decode_state(word) != from {
                 return Err(decode_state(word));
             }
-            let mut next = (word & !STATE_MASK) | to as u64;
-            if to == RqState::InFlight {
-                let starts = (next & START_MASK).wrapping_add(START_ONE) & START_MASK;
-                next = (next & !START_MASK) | starts;
-            }
+            let next = (word & !STATE_MASK) | to as u64;
             match self
                 .state
                 .compare_exchange_weak(word, next, Ordering::AcqRel, Ordering::Acquire)
@@ -242,6 +239,23 @@ impl<T> Request<T> {
                 Err(now) => word = now,
             }
         }
+    }
+
+    /// `Idle -> InFlight`, counting a start: the owner's alone. Nothing else writes the
+    /// state of an idle request (a racing [`try_complete`](Self::try_complete) only takes
+    /// one in flight), so a store does what a compare-exchange would, without the locked
+    /// operation. Fails, changing nothing, when the request is not idle.
+    #[inline]
+    pub(crate) fn start(&self) -> Result<(), RqState> {
+        let word = self.state.load(Ordering::Acquire);
+        if decode_state(word) != RqState::Idle {
+            return Err(decode_state(word));
+        }
+        let starts = (word & START_MASK).wrapping_add(START_ONE) & START_MASK;
+        let next = (word & !(START_MASK | STATE_MASK)) | starts | RqState::InFlight as u64;
+        // Release: whoever sees it in flight sees its deadline and start stamp.
+        self.state.store(next, Ordering::Release);
+        Ok(())
     }
 
     /// The generation and state read together.
