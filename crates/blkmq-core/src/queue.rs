@@ -143,6 +143,15 @@ const PENDING: u32 = 2;
 /// The usage count's frozen flag (the rest counts holders).
 const FROZEN: usize = 1 << (usize::BITS - 1);
 
+/// Where the completion epoch starts in [`Host`]'s `flight` word.
+const EPOCH_SHIFT: u32 = 32;
+
+/// One completion, in the `flight` word.
+const EPOCH_ONE: u64 = 1 << EPOCH_SHIFT;
+
+/// The `flight` word's count of requests in the driver (far above any tag space).
+const IN_DRIVER: u64 = EPOCH_ONE - 1;
+
 /// A host: the driver, its tag set and what its request queues share (restart, quiesce).
 ///
 /// ```
@@ -176,10 +185,11 @@ pub struct Host<D: Driver> {
     restart: RestartSet,
     /// Queue slots with a hardware queue kicked (to run from [`Host::run_kicked`]).
     kicked: RestartSet,
-    /// Completions (and requeues) so far: what a dispatcher giving up compares.
-    epoch: CachePadded<AtomicU64>,
-    /// Requests the driver holds (issued, not yet ended or requeued).
-    in_driver: CachePadded<AtomicUsize>,
+    /// Completions (and requeues) so far, the epoch a dispatcher giving up compares, in the
+    /// high half; requests the driver holds (issued, not yet ended or requeued) in the low
+    /// half. One word, so a completion leaves the driver and moves the epoch with one
+    /// locked operation (a batch of them with one).
+    flight: CachePadded<AtomicU64>,
     /// Read on every dispatch: kept off the lines the counters above bounce.
     quiesced: CachePadded<AtomicUsize>,
 }
@@ -229,8 +239,7 @@ impl<D: Driver> Host<D> {
             restart: RestartSet::new(slots)?,
             kicked: RestartSet::new(slots)?,
             set,
-            epoch: CachePadded::new(AtomicU64::new(0)),
-            in_driver: CachePadded::new(AtomicUsize::new(0)),
+            flight: CachePadded::new(AtomicU64::new(0)),
             quiesced: CachePadded::new(AtomicUsize::new(0)),
         }))
     }
@@ -331,7 +340,18 @@ impl<D: Driver> Host<D> {
     /// # b.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)));
     /// ```
     pub fn in_driver(&self) -> usize {
-        self.in_driver.load(Ordering::Relaxed)
+        (self.flight.load(Ordering::Relaxed) & IN_DRIVER) as usize
+    }
+
+    /// The completion epoch (see `flight`).
+    #[inline]
+    fn epoch(&self) -> u64 {
+        self.flight.load(Ordering::SeqCst) >> EPOCH_SHIFT
+    }
+
+    /// Whether the driver holds nothing.
+    fn driver_idle(&self) -> bool {
+        self.flight.load(Ordering::SeqCst) & IN_DRIVER == 0
     }
 
     /// A request queue (a LUN, a namespace) on this host.
@@ -539,7 +559,18 @@ impl<D: Driver> Host<D> {
     /// After a completion or requeue: rerun exactly the hardware queues that wait.
     #[inline]
     fn restart(&self) {
-        self.epoch.fetch_add(1, Ordering::SeqCst);
+        self.restart_after(0);
+    }
+
+    /// [`restart`](Self::restart) after `out` requests left the driver, counted off in the
+    /// same locked operation that moves the epoch.
+    #[inline]
+    fn restart_after(&self, out: u64) {
+        debug_assert!(out <= IN_DRIVER);
+        // Adding `EPOCH_ONE - out` takes `out` from the low half (which holds at least that
+        // many) and adds one to the high half.
+        self.flight
+            .fetch_add(EPOCH_ONE.wrapping_sub(out), Ordering::SeqCst);
         seqcst_pair();
         if self.restart.is_empty() {
             return;
@@ -2407,7 +2438,7 @@ impl<D: Driver> RequestQueue<D> {
             if self.halted(hctx) {
                 self.push_ctx_for(cpu, kind, hctx, rq);
             } else {
-                let epoch = self.host.epoch.load(Ordering::SeqCst);
+                let epoch = self.host.epoch();
                 if let Issued::GaveUp(rq, status) = self.issue_one(hctx, hctx, rq, true, None, None)
                 {
                     let mut batch = h.scratch.lock();
@@ -2676,7 +2707,7 @@ impl<D: Driver> RequestQueue<D> {
         if self.halted(hctx) {
             return;
         }
-        let epoch = self.host.epoch.load(Ordering::SeqCst);
+        let epoch = self.host.epoch();
         let h = &self.hctxs[hctx];
         if h.dispatch_len.load(Ordering::SeqCst) != 0 {
             let mut batch = h.scratch.lock();
@@ -2961,12 +2992,12 @@ impl<D: Driver> RequestQueue<D> {
 
     /// One more request in the driver.
     fn driver_in(&self) {
-        self.host.in_driver.fetch_add(1, Ordering::SeqCst);
+        self.host.flight.fetch_add(1, Ordering::SeqCst);
     }
 
     /// One request fewer in the driver.
     fn driver_out(&self) {
-        self.host.in_driver.fetch_sub(1, Ordering::SeqCst);
+        self.host.flight.fetch_sub(1, Ordering::SeqCst);
     }
 
     /// A runner gave back a budget or a driver tag without a completion: other hardware
@@ -3010,11 +3041,11 @@ impl<D: Driver> RequestQueue<D> {
         self.restart.mark(hctx);
         self.host.restart.mark(self.slot);
         seqcst_pair();
-        if self.host.epoch.load(Ordering::SeqCst) != epoch {
+        if self.host.epoch() != epoch {
             // A completion came in after we read the epoch; it may have drained before our
             // mark. Go round again ourselves.
             h.run.fetch_or(PENDING, Ordering::SeqCst);
-        } else if self.host.in_driver.load(Ordering::SeqCst) == 0 {
+        } else if self.host.driver_idle() {
             // Nothing in flight can complete and restart us: have the platform run us.
             let _ = status;
             self.kick_after(hctx, delay_ns);
@@ -3059,7 +3090,7 @@ impl<D: Driver> RequestQueue<D> {
     /// ```
     pub fn end_request(&self, rq: Rq, status: Status) {
         self.end_one(rq, status, true);
-        self.host.restart();
+        self.host.restart_after(1);
     }
 
     /// Ends a batch of requests the driver took (Linux's batched completion): as
@@ -3093,13 +3124,13 @@ impl<D: Driver> RequestQueue<D> {
     /// assert_eq!((host.in_driver(), queue.usage()), (0, 0));
     /// ```
     pub fn end_requests(&self, batch: impl IntoIterator<Item = (Rq, Status)>) {
-        let mut any = false;
+        let mut ended = 0;
         for (rq, status) in batch {
             self.end_one(rq, status, true);
-            any = true;
+            ended += 1;
         }
-        if any {
-            self.host.restart();
+        if ended != 0 {
+            self.host.restart_after(ended);
         }
     }
 
@@ -3109,6 +3140,8 @@ impl<D: Driver> RequestQueue<D> {
         self.host.restart();
     }
 
+    /// Ends one request. For an `issued` one the budget goes back here, and the caller
+    /// counts it out of the driver with the restart ([`Host::restart_after`]).
     fn end_one(&self, rq: Rq, status: Status, issued: bool) {
         let tags = self.tags();
         let request = tags.request(&rq).ok();
@@ -3135,7 +3168,6 @@ impl<D: Driver> RequestQueue<D> {
             self.exit();
         }
         if issued {
-            self.driver_out();
             self.driver().put_budget(&cx);
         }
     }
@@ -3239,10 +3271,9 @@ impl<D: Driver> RequestQueue<D> {
                 }
             }
         }
-        self.driver_out();
         self.driver().put_budget(&self.cx(hctx));
         self.requeue.lock().push_back(rq);
-        self.host.restart();
+        self.host.restart_after(1);
         if kick {
             self.kick_requeue_list();
         }
@@ -3647,13 +3678,13 @@ impl<D: Driver> Drop for RequestQueue<D> {
         }
         self.splits.fail_all(Status::IoErr);
         // What the driver still holds will never end through this queue.
-        if self.host.in_driver.load(Ordering::SeqCst) != 0 {
+        if !self.host.driver_idle() {
             let mut held = 0;
             self.tags().for_each_busy(None, |busy| {
-                held += usize::from(busy.request.state() == RqState::InFlight);
+                held += u64::from(busy.request.state() == RqState::InFlight);
                 true
             });
-            self.host.in_driver.fetch_sub(held, Ordering::SeqCst);
+            self.host.flight.fetch_sub(held, Ordering::SeqCst);
         }
         if let Some(slot) = self.host.queues.lock().get_mut(self.slot) {
             *slot = None;
@@ -4108,7 +4139,7 @@ impl<D: Driver> RequestQueue<D> {
                 self.finish_run(hctx);
                 return;
             }
-            let epoch = self.host.epoch.load(Ordering::SeqCst);
+            let epoch = self.host.epoch();
             let mut batch = h.scratch.lock();
             // The first is known to belong; each later one is looked at once.
             while rqs
@@ -4142,7 +4173,7 @@ impl<D: Driver> RequestQueue<D> {
                 return;
             }
             let cx = self.cx(hctx);
-            let epoch = self.host.epoch.load(Ordering::SeqCst);
+            let epoch = self.host.epoch();
             let mut batch = h.scratch.lock();
             let mut no_budget = false;
             // Nothing runs between the starts: one read of the clock serves them all.
