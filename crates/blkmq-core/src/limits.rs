@@ -183,6 +183,32 @@ impl QueueLimits {
         }
     }
 
+    /// Whether `bio` is a read or write that [`check`](Self::check) passes and that fits one
+    /// request whole ([`split_len`](Self::split_len) is its length), decided in a few steps
+    /// for the common case: aligned, within the device, the request size and a chunk, in one
+    /// data segment. `false` says only that the full checks must decide.
+    #[inline]
+    pub(crate) fn fits_whole(&self, bio: &Bio) -> bool {
+        let block = u64::from(self.logical_block_size) / SECTOR_SIZE;
+        let (sector, sectors) = (bio.sector, u64::from(bio.sectors));
+        let chunk = u64::from(self.chunk_sectors);
+        let bytes = sectors * SECTOR_SIZE;
+        matches!(bio.op, Op::Read | Op::Write)
+            && sectors != 0
+            && block.is_power_of_two()
+            && (sector | sectors) & (block - 1) == 0
+            && sector
+                .checked_add(sectors)
+                .is_some_and(|end| end <= self.capacity.min(MAX_CAPACITY))
+            && sectors <= u64::from(self.max_sectors)
+            && (chunk == 0
+                || (chunk.is_power_of_two() && (sector & (chunk - 1)) + sectors <= chunk))
+            && self.max_segments != 0
+            && bytes <= u64::from(self.max_segment_size)
+            && (sector * SECTOR_SIZE) | self.seg_boundary_mask
+                == (sector * SECTOR_SIZE + bytes - 1) | self.seg_boundary_mask
+    }
+
     /// Most sectors one request of `op` may hold.
     fn max_for(&self, op: Op) -> u32 {
         match op {
@@ -377,6 +403,38 @@ mod tests {
     }
 
     proptest! {
+        /// The shortcut never admits a bio the full checks would fail or split, and admits
+        /// the common one.
+        #[test]
+        fn fits_whole_agrees_with_the_checks(
+            op in prop_oneof![Just(Op::Read), Just(Op::Write), Just(Op::Flush), Just(Op::Discard)],
+            block_shift in 0u32..4,
+            chunk_shift in prop_oneof![Just(None), (3u32..12).prop_map(Some)],
+            boundary_shift in 12u32..20,
+            sector in 0u64..1 << 20,
+            sectors in 0u32..600,
+            capacity in 1u64..1 << 21,
+        ) {
+            let block = 1u64 << block_shift;
+            let limits = QueueLimits {
+                logical_block_size: 512 << block_shift,
+                chunk_sectors: chunk_shift.map_or(0, |s| (1u32 << s).max(block as u32)),
+                seg_boundary_mask: (1u64 << boundary_shift) - 1,
+                max_sectors: 256,
+                max_discard_sectors: 256,
+                ..QueueLimits::new(capacity / block * block)
+            };
+            prop_assume!(limits.validate().is_ok());
+            let bio = Bio::new(op, sector, sectors);
+            let whole = limits.check(&bio).is_none() && limits.split_len(&bio) == bio.sectors;
+            if limits.fits_whole(&bio) {
+                prop_assert!(whole, "admitted {:?}", bio);
+            } else if matches!(op, Op::Read | Op::Write) && whole {
+                // Only a bio over several data segments may miss the shortcut.
+                prop_assert!(limits.segments(op, sector, sectors) > 1, "missed {:?}", bio);
+            }
+        }
+
         /// The one-segment shortcut counts what the walk counts.
         #[test]
         fn segments_match_the_walk(

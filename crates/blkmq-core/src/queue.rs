@@ -2191,6 +2191,10 @@ impl<D: Driver> RequestQueue<D> {
     }
 
     fn submit_inner<'q>(&'q self, bio: Bio, mut plug: Option<&mut Plug<'q, D>>) -> Result<(), Bio> {
+        // The common bio in a few steps: no piece of a split, valid, one request whole.
+        if !bio.flags.contains(BioFlags::SPLIT) && self.limits.fits_whole(&bio) {
+            return self.submit_one(bio, plug);
+        }
         let piece = self.splits.is_piece(&bio);
         if !piece {
             if let Some(status) = self.limits.check(&bio) {
@@ -3144,6 +3148,26 @@ impl<D: Driver> RequestQueue<D> {
     /// counts it out of the driver with the restart ([`Host::restart_after`]).
     fn end_one(&self, rq: Rq, status: Status, issued: bool) {
         let tags = self.tags();
+        let splits = &self.splits;
+        if !self.has_elevator.load(Ordering::Relaxed) {
+            // No elevator to tell: the driver's hook, the ending and the free share one
+            // look-up of the request.
+            let mut hctx = 0;
+            let first = |request: &Request<D::Payload>| {
+                hctx = request.hctx();
+                self.driver().complete(&self.cx(hctx), request);
+            };
+            if tags
+                .complete_with(rq, status, first, |bio, status| splits.end(bio, status))
+                .is_ok()
+            {
+                self.exit();
+            }
+            if issued {
+                self.driver().put_budget(&self.cx(hctx));
+            }
+            return;
+        }
         let request = tags.request(&rq).ok();
         let cx = self.cx(request.map_or(0, |r| r.hctx()));
         if let Some(request) = request {
@@ -3160,9 +3184,8 @@ impl<D: Driver> RequestQueue<D> {
                 e.finish_request(&elv_cx, &rq);
             }
         }
-        let splits = &self.splits;
         if tags
-            .complete_with(rq, status, |bio, status| splits.end(bio, status))
+            .complete_with(rq, status, |_| {}, |bio, status| splits.end(bio, status))
             .is_ok()
         {
             self.exit();
@@ -3672,9 +3695,14 @@ impl<D: Driver> Drop for RequestQueue<D> {
         }
         for rq in orphans {
             let splits = &self.splits;
-            let _ = self
-                .tags()
-                .complete_with(rq, Status::IoErr, |bio, status| splits.end(bio, status));
+            let _ = self.tags().complete_with(
+                rq,
+                Status::IoErr,
+                |_| {},
+                |bio, status| {
+                    splits.end(bio, status);
+                },
+            );
         }
         self.splits.fail_all(Status::IoErr);
         // What the driver still holds will never end through this queue.

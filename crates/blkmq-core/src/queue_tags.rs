@@ -794,6 +794,7 @@ impl<T, P: Platform> QueueTags<T, P> {
 
     /// [`set_bio`](Self::set_bio) with the chain's data segments as the caller counted
     /// them, in one look-up of the request.
+    #[inline]
     pub(crate) fn set_bio_segments(
         &self,
         rq: &mut Rq,
@@ -987,25 +988,41 @@ impl<T, P: Platform> QueueTags<T, P> {
     /// assert_eq!(set.busy(), 0);
     /// ```
     pub fn complete(&self, rq: Rq, status: Status) -> Result<(), TagError> {
-        self.complete_with(rq, status, Bio::complete)
+        self.complete_with(rq, status, |_| {}, Bio::complete)
     }
 
-    /// Like [`complete`](Self::complete), each bio handed to `end` rather than its callback.
+    /// Like [`complete`](Self::complete), each bio handed to `end` rather than its callback,
+    /// and `first` shown the request before anything ends: one look-up of the request
+    /// serves the hook, the ending and the free.
+    #[inline]
     pub(crate) fn complete_with(
         &self,
         rq: Rq,
         status: Status,
+        first: impl FnOnce(&Request<T>),
         end: impl FnMut(Bio, Status),
     ) -> Result<(), TagError> {
-        let request = self.owner(&rq)?.1;
+        let (owner, request) = self.owner(&rq)?;
+        first(request);
         // From idle (ended before it was started) or in flight; already complete when a
         // racing `try_complete` won, which leaves the ending to us all the same.
         let _ = request
             .transition(RqState::InFlight, RqState::Complete)
             .or_else(|_| request.transition(RqState::Idle, RqState::Complete));
         // SAFETY: we own the token.
-        unsafe { request.io_mut() }.end_bios_with(&self.set.bios, status, end);
-        self.free(rq)
+        let io = unsafe { request.io_mut() };
+        io.end_bios_with(&self.set.bios, status, end);
+        // The common case here: our own driver request, a normal tag, not counted towards a
+        // fair share. The token was checked above and is ours to consume.
+        if let Owner::Driver(_, map) = owner {
+            let tag = rq.index();
+            if tag >= map.nr_reserved && !io.counted {
+                let cpu = io.alloc_cpu as usize;
+                request.release();
+                return map.put_normal(tag, cpu);
+            }
+        }
+        self.free_general(rq)
     }
 
     /// Frees a request and its tags; a bio still on it ends with [`Status::IoErr`], so none

@@ -1125,6 +1125,7 @@ impl RqIo {
     }
 
     /// Like [`end_bios`](Self::end_bios), each bio handed to `end` instead of its callback.
+    #[inline]
     pub(crate) fn end_bios_with(
         &mut self,
         pool: &BioPool,
