@@ -2238,7 +2238,11 @@ impl<D: Driver> RequestQueue<D> {
     }
 
     /// Submits a bio that fits one request.
-    fn submit_one<'q>(&'q self, bio: Bio, plug: Option<&mut Plug<'q, D>>) -> Result<(), Bio> {
+    fn submit_one<'q>(
+        &'q self,
+        mut bio: Bio,
+        mut plug: Option<&mut Plug<'q, D>>,
+    ) -> Result<(), Bio> {
         if !self.enter() {
             return Err(bio);
         }
@@ -2247,10 +2251,8 @@ impl<D: Driver> RequestQueue<D> {
             self.splits.end(bio, Status::IoErr);
             return Ok(());
         };
-        let mut bio = bio;
         // The elevator's depth limit for this bio, once looked up.
         let mut shallow = None;
-        let mut plug = plug;
         if crate::limits::mergeable(bio.op, bio.flags) {
             if let Some(plug) = plug.as_deref_mut() {
                 match plug.try_merge(self, bio) {
@@ -2261,15 +2263,20 @@ impl<D: Driver> RequestQueue<D> {
                     Err(back) => bio = back,
                 }
             }
-            if plug.is_none() && bio.op != Op::Flush && self.has_elevator.load(Ordering::Relaxed) {
-                return self.merge_or_insert(bio, cpu, hctx, kind);
-            }
-            match self.try_merge(cpu, kind, bio, &mut shallow) {
-                Ok(()) => {
-                    self.exit();
-                    return Ok(());
+            if self.has_elevator.load(Ordering::Relaxed) {
+                if plug.is_none() && bio.op != Op::Flush {
+                    return self.merge_or_insert(bio, cpu, hctx, kind);
                 }
-                Err(back) => bio = back,
+                match self.try_elevator_merge(bio, &mut shallow) {
+                    Ok(()) => {
+                        self.exit();
+                        return Ok(());
+                    }
+                    Err(back) => bio = back,
+                }
+            } else if self.try_ctx_merge(cpu, kind, &bio) {
+                self.exit();
+                return Ok(());
             }
         }
         self.alloc_and_go(bio, cpu, hctx, kind, plug, shallow)
@@ -2309,14 +2316,12 @@ impl<D: Driver> RequestQueue<D> {
             drop(guard);
             return self.alloc_and_go(bio, cpu, hctx, kind, None, Some(shallow));
         };
-        let mut rq = match self.fill(rq, bio) {
-            Ok(rq) => rq,
-            Err((rq, bio)) => {
-                drop(guard);
-                self.abandon(rq, bio);
-                return Ok(());
-            }
-        };
+        let mut rq = rq;
+        if let Err(bio) = self.fill(&mut rq, bio) {
+            drop(guard);
+            self.abandon(rq, bio);
+            return Ok(());
+        }
         e.prepare_request(&cx, &mut rq);
         e.insert_request(&cx, rq, false);
         drop(guard);
@@ -2326,13 +2331,13 @@ impl<D: Driver> RequestQueue<D> {
     }
 
     /// Puts `bio` in the fresh request `rq`, with its segment count. That cannot fail for
-    /// our own request; should it, both come back for [`abandon`](Self::abandon).
-    fn fill(&self, mut rq: Rq, bio: Bio) -> Result<Rq, (Rq, Bio)> {
+    /// our own request; should it, the bio comes back, for [`abandon`](Self::abandon).
+    #[inline]
+    fn fill(&self, rq: &mut Rq, bio: Bio) -> Result<(), Bio> {
         let segments = self.limits.segments(bio.op, bio.sector, bio.sectors);
-        match self.tags().set_bio_segments(&mut rq, bio, segments) {
-            Ok(()) => Ok(rq),
-            Err(_) => Err((rq, bio)),
-        }
+        self.tags()
+            .set_bio_segments(rq, bio, segments)
+            .map_err(|_| bio)
     }
 
     /// Gives up a submission whose request could not take its bio: the request freed, the
@@ -2379,13 +2384,11 @@ impl<D: Driver> RequestQueue<D> {
                 return Ok(());
             }
         };
-        let mut rq = match self.fill(rq, bio) {
-            Ok(rq) => rq,
-            Err((rq, bio)) => {
-                self.abandon(rq, bio);
-                return Ok(());
-            }
-        };
+        let mut rq = rq;
+        if let Err(bio) = self.fill(&mut rq, bio) {
+            self.abandon(rq, bio);
+            return Ok(());
+        }
         if elevated {
             let cx = self.elv_cx();
             let mut guard = self.elevator.lock();
@@ -2488,46 +2491,40 @@ impl<D: Driver> RequestQueue<D> {
         h.dispatch_len.store(list.len(), Ordering::SeqCst);
     }
 
-    /// Merges `bio` into a queued request: through the elevator, or a short reverse scan of
-    /// this CPU's software queue.
-    /// With an elevator, also looks up the bio's depth limit (into `shallow`) under the same
-    /// lock, for the allocation that follows a refused merge.
-    fn try_merge(
-        &self,
-        cpu: usize,
-        kind: QueueType,
-        bio: Bio,
-        shallow: &mut Option<Option<usize>>,
-    ) -> Result<(), Bio> {
-        if self.has_elevator.load(Ordering::Relaxed) {
-            let cx = self.elv_cx();
-            let mut guard = self.elevator.lock();
-            return match guard.as_mut() {
-                Some(e) => e.bio_merge(&cx, bio).inspect_err(|bio| {
-                    *shallow = Some(e.limit_depth(bio.op, bio.flags));
-                }),
-                None => Err(bio),
-            };
+    /// Merges `bio` into a queued request through the elevator; a refused merge also looks
+    /// up the bio's depth limit (into `shallow`) under the same lock, for the allocation
+    /// that follows.
+    fn try_elevator_merge(&self, bio: Bio, shallow: &mut Option<Option<usize>>) -> Result<(), Bio> {
+        let cx = self.elv_cx();
+        let mut guard = self.elevator.lock();
+        match guard.as_mut() {
+            Some(e) => e.bio_merge(&cx, bio).inspect_err(|bio| {
+                *shallow = Some(e.limit_depth(bio.op, bio.flags));
+            }),
+            None => Err(bio),
         }
+    }
+
+    /// Without an elevator: merges `bio` into one of the newest requests of the CPU's
+    /// software queue; whether it did (else the bio is still the caller's).
+    fn try_ctx_merge(&self, cpu: usize, kind: QueueType, bio: &Bio) -> bool {
         let index = cpu * QueueType::ALL.len() + kind as usize;
         let ctx = &self.ctxs[index];
         if ctx.pos == usize::MAX {
-            return Err(bio);
+            return false;
         }
         // Nothing queued here (its bit is set once a request is in): no lock to take. A
         // request whose bit is not set yet only misses a merge.
         let bit = 1u64 << (ctx.pos % 64);
         if self.hctxs[ctx.hctx].pending[ctx.pos / 64].load(Ordering::Relaxed) & bit == 0 {
-            return Err(bio);
+            return false;
         }
         let mut list = ctx.list.lock();
         let tags = self.tags();
-        for rq in list.iter_mut().rev().take(CTX_MERGE_SCAN) {
-            if merge_into(tags, &self.limits, rq, &bio) {
-                return Ok(());
-            }
-        }
-        Err(bio)
+        list.iter_mut()
+            .rev()
+            .take(CTX_MERGE_SCAN)
+            .any(|rq| merge_into(tags, &self.limits, rq, bio))
     }
 
     // ----- running and dispatch -----
