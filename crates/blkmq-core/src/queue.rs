@@ -2717,7 +2717,7 @@ impl<D: Driver> RequestQueue<D> {
                 batch.extend(list.drain(..));
                 h.dispatch_len.store(0, Ordering::SeqCst);
             }
-            if !self.issue_batch(hctx, &mut batch, epoch, None) {
+            if !self.issue_batch(hctx, &mut batch, epoch, None, false) {
                 return;
             }
         }
@@ -2734,14 +2734,14 @@ impl<D: Driver> RequestQueue<D> {
                     h.busy.store(false, Ordering::Relaxed);
                     return;
                 }
-                if !self.issue_batch(hctx, &mut batch, epoch, None) {
+                if !self.issue_batch(hctx, &mut batch, epoch, None, false) {
                     return;
                 }
             }
         }
         self.take_all(hctx, &mut batch);
         if !batch.is_empty() {
-            self.issue_batch(hctx, &mut batch, epoch, None);
+            self.issue_batch(hctx, &mut batch, epoch, None, false);
         }
     }
 
@@ -2850,13 +2850,15 @@ impl<D: Driver> RequestQueue<D> {
     /// Issues `batch` in order; on a give-up puts the rest back and arranges the restart.
     /// Returns whether all of it went.
     ///
-    /// `now`, when given, is the start of every request of the batch.
+    /// `now`, when given, is the start of every request of the batch. `all_own`: every
+    /// request of the batch is known to be `hctx`'s, so none needs looking up.
     fn issue_batch(
         &self,
         hctx: usize,
         batch: &mut VecDeque<Rq>,
         epoch: u64,
         now: Option<u64>,
+        all_own: bool,
     ) -> bool {
         // The hardware queue with a request issued as not `last`, owed a `commit_rqs`. A
         // batch may hold requests of other hardware queues (an elevator hands any runner
@@ -2876,11 +2878,23 @@ impl<D: Driver> RequestQueue<D> {
                 commit(&mut owed);
                 return false;
             }
-            let own = front_own.take().unwrap_or_else(|| self.rq_hctx(&rq, hctx));
+            let own = front_own.take().unwrap_or_else(|| {
+                if all_own {
+                    hctx
+                } else {
+                    self.rq_hctx(&rq, hctx)
+                }
+            });
             if owed.is_some_and(|h| h != own) {
                 commit(&mut owed);
             }
-            front_own = batch.front().map(|next| self.rq_hctx(next, hctx));
+            front_own = batch.front().map(|next| {
+                if all_own {
+                    hctx
+                } else {
+                    self.rq_hctx(next, hctx)
+                }
+            });
             let last = front_own.is_none_or(|next| next != own);
             match self.issue_one(hctx, own, rq, last, None, now) {
                 Issued::Queued => owed = (!last).then_some(own),
@@ -3798,7 +3812,15 @@ fn merge_into<T, P: Platform>(
     rq: &mut Rq,
     bio: &Bio,
 ) -> bool {
-    // The elevator's merge is the one merge: the same checks, the same segment count.
+    // Most attempts fail on position or kind, decided here in a few steps; the elevator's
+    // merge, whose back end is a trait object, is the one merge that does it: the same
+    // checks, the same segment count.
+    if !tags
+        .io(rq)
+        .is_ok_and(|io| limits.merge_kind(io, bio).is_some())
+    {
+        return false;
+    }
     ElvCx::new(tags, limits, 0).merge_bio(rq, *bio).is_ok()
 }
 
@@ -4176,7 +4198,8 @@ impl<D: Driver> RequestQueue<D> {
                 }
             }
             let now = (!blocking).then(|| self.platform().coarse_now_ns());
-            self.issue_batch(hctx, &mut batch, epoch, now);
+            // Every request taken above is this hardware queue's.
+            self.issue_batch(hctx, &mut batch, epoch, now, true);
             drop(batch);
             self.finish_run(hctx);
         }
