@@ -274,6 +274,7 @@ mod std_platform {
             self.inner.nr_cpus
         }
 
+        #[inline]
         fn current_cpu(&self) -> usize {
             let slot = CPU_SLOT.with(|slot| match slot.get() {
                 Some(cpu) => cpu,

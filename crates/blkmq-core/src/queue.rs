@@ -2372,23 +2372,19 @@ impl<D: Driver> RequestQueue<D> {
                     .and_then(|e| e.limit_depth(bio.op, bio.flags)),
             };
         }
-        let rq = match tags.alloc(&alloc) {
+        let segments = self.limits.segments(bio.op, bio.sector, bio.sectors);
+        let mut rq = match tags.alloc_with_bio(&alloc, bio, segments) {
             Ok(rq) => rq,
-            Err(TagError::WouldBlock) => {
+            Err((TagError::WouldBlock, bio)) => {
                 self.exit();
                 return Err(bio);
             }
-            Err(_) => {
+            Err((_, bio)) => {
                 self.exit();
                 self.splits.end(bio, Status::IoErr);
                 return Ok(());
             }
         };
-        let mut rq = rq;
-        if let Err(bio) = self.fill(&mut rq, bio) {
-            self.abandon(rq, bio);
-            return Ok(());
-        }
         if elevated {
             let cx = self.elv_cx();
             let mut guard = self.elevator.lock();

@@ -429,28 +429,73 @@ impl<T, P: Platform> QueueTags<T, P> {
     /// ```
     #[inline(always)]
     pub fn alloc(&self, alloc: &Alloc) -> Result<Rq, TagError> {
-        // The common case inline: a normal driver tag with no sharing, no limit, no
-        // scheduler. Everything else goes the general way.
+        match self.alloc_plain(alloc, |_| {}) {
+            Some(got) => got,
+            None => self.alloc_general(alloc),
+        }
+    }
+
+    /// Allocates a request that carries `bio` (with `segments` data segments) from the
+    /// start: in the common case the bio goes in with the allocation's own reach into the
+    /// request, with no second look-up of the token. The bio comes back with the error.
+    #[inline(always)]
+    pub(crate) fn alloc_with_bio(
+        &self,
+        alloc: &Alloc,
+        bio: Bio,
+        segments: u32,
+    ) -> Result<Rq, (TagError, Bio)> {
+        let filled = self.alloc_plain(alloc, |io| {
+            io.set_bio(bio);
+            io.segments = segments;
+        });
+        match filled {
+            Some(got) => got.map_err(|e| (e, bio)),
+            None => {
+                let mut rq = self.alloc_general(alloc).map_err(|e| (e, bio))?;
+                match self.set_bio_segments(&mut rq, bio, segments) {
+                    Ok(()) => Ok(rq),
+                    // Our own fresh request: cannot happen. Should it, nothing is lost.
+                    Err(e) => {
+                        let _ = self.free(rq);
+                        Err((e, bio))
+                    }
+                }
+            }
+        }
+    }
+
+    /// The common case of an allocation, inline: a normal driver tag with no sharing, no
+    /// limit, no scheduler, `fill` readying the fresh request's I/O. `None` when the
+    /// allocation is not such a one, for the general way.
+    #[inline(always)]
+    fn alloc_plain(
+        &self,
+        alloc: &Alloc,
+        fill: impl FnOnce(&mut RqIo),
+    ) -> Option<Result<Rq, TagError>> {
         let plain = !alloc.reserved
             && alloc.shallow_depth.is_none()
             && self.sched.is_none()
             && alloc.hctx < self.nr_hw_queues
             && !self.set.is_shared();
         if !plain {
-            return self.alloc_general(alloc);
+            return None;
         }
         let maps = self.maps();
         let m = if maps.len() == 1 { 0 } else { alloc.hctx };
         let map = &maps[m];
         let Some(bit) = map.normal.get(map.hint(alloc.cpu)) else {
-            return Err(TagError::WouldBlock);
+            return Some(Err(TagError::WouldBlock));
         };
         let tag = bit + map.nr_reserved;
         let request = &map.requests[tag];
         // SAFETY: we hold the tag just allocated, so nobody else reaches `io`.
-        unsafe { request.io_mut() }.reset(alloc.cpu as u32, false);
+        let io = unsafe { request.io_mut() };
+        io.reset(alloc.cpu as u32, false);
+        fill(io);
         let generation = request.claim(alloc.hctx as u32, self.id);
-        Ok(Rq::new(self.set_id, m, tag, generation))
+        Some(Ok(Rq::new(self.set_id, m, tag, generation)))
     }
 
     #[inline(never)]
