@@ -186,24 +186,26 @@ impl QueueLimits {
     /// Whether `bio` is a read or write that [`check`](Self::check) passes and that fits one
     /// request whole ([`split_len`](Self::split_len) is its length), decided in a few steps
     /// for the common case: aligned, within the device, the request size and a chunk, in one
-    /// data segment. `false` says only that the full checks must decide.
+    /// data segment. `false` says only that the full checks must decide. For limits that
+    /// pass [`validate`](Self::validate), as a request queue's do: it leans on the powers of
+    /// two and the bounds that checks.
     #[inline]
     pub(crate) fn fits_whole(&self, bio: &Bio) -> bool {
+        debug_assert!(self.validate().is_ok());
         let block = u64::from(self.logical_block_size) / SECTOR_SIZE;
         let (sector, sectors) = (bio.sector, u64::from(bio.sectors));
         let chunk = u64::from(self.chunk_sectors);
         let bytes = sectors * SECTOR_SIZE;
+        // Within the device, at most `MAX_CAPACITY` sectors: the byte offsets below fit.
+        let within = sector
+            .checked_add(sectors)
+            .is_some_and(|end| end <= self.capacity);
         matches!(bio.op, Op::Read | Op::Write)
             && sectors != 0
-            && block.is_power_of_two()
+            && within
             && (sector | sectors) & (block - 1) == 0
-            && sector
-                .checked_add(sectors)
-                .is_some_and(|end| end <= self.capacity.min(MAX_CAPACITY))
             && sectors <= u64::from(self.max_sectors)
-            && (chunk == 0
-                || (chunk.is_power_of_two() && (sector & (chunk - 1)) + sectors <= chunk))
-            && self.max_segments != 0
+            && (chunk == 0 || (sector & (chunk - 1)) + sectors <= chunk)
             && bytes <= u64::from(self.max_segment_size)
             && (sector * SECTOR_SIZE) | self.seg_boundary_mask
                 == (sector * SECTOR_SIZE + bytes - 1) | self.seg_boundary_mask
