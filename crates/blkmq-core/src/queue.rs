@@ -2944,14 +2944,16 @@ impl<D: Driver> RequestQueue<D> {
                 }
             }
         }
-        // Without scheduler tags a request holds its driver tag from its allocation (a
-        // request not ours fails its start just below).
-        let tagged = if tags.has_scheduler() {
-            tags.get_driver_tag(&mut rq)
+        // The start stamp, and so the timeout deadline, needs only the coarse clock; the
+        // elevator's dispatch may have read the clock a moment ago, and one read serves.
+        let now = now.unwrap_or_else(|| self.platform().coarse_now_ns());
+        // Without scheduler tags a request holds its driver tag from its allocation.
+        let started = if tags.has_scheduler() {
+            tags.tag_and_start(&mut rq, now)
         } else {
-            Ok(true)
+            tags.start(&mut rq, now).map(|()| true)
         };
-        match tagged {
+        match started {
             Ok(true) => {}
             Ok(false) => {
                 driver.put_budget(&cx);
@@ -2964,15 +2966,6 @@ impl<D: Driver> RequestQueue<D> {
                 self.end_unissued(rq, Status::IoErr);
                 return Issued::Ended;
             }
-        }
-        // The start stamp, and so the timeout deadline, needs only the coarse clock; the
-        // elevator's dispatch may have read the clock a moment ago, and one read serves.
-        let now = now.unwrap_or_else(|| self.platform().coarse_now_ns());
-        if tags.start(&mut rq, now).is_err() {
-            driver.put_budget(&cx);
-            self.budget_returned(runner);
-            self.end_unissued(rq, Status::IoErr);
-            return Issued::Ended;
         }
         self.driver_in();
         match driver.queue_rq(&cx, rq, last) {
@@ -3175,14 +3168,16 @@ impl<D: Driver> RequestQueue<D> {
             }
             return;
         }
-        let request = tags.request(&rq).ok();
-        let cx = self.cx(request.map_or(0, |r| r.hctx()));
-        if let Some(request) = request {
-            self.driver().complete(&cx, request);
-        }
-        if self.has_elevator.load(Ordering::Relaxed)
-            && tags.io(&rq).is_ok_and(|io| io.op() != Op::Flush)
-        {
+        let (hctx, flush) = match tags.request_and_io(&rq) {
+            Ok((request, io)) => {
+                self.driver().complete(&self.cx(request.hctx()), request);
+                (request.hctx(), io.op() == Op::Flush)
+            }
+            Err(_) => (0, true),
+        };
+        let cx = self.cx(hctx);
+        // Flushes bypass the elevator (and a request not ours has nothing to tell it).
+        if !flush {
             let elv_cx = self.elv_cx();
             if let Some(e) = self.elevator.lock().as_mut() {
                 if issued {

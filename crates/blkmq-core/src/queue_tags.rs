@@ -736,7 +736,10 @@ impl<T, P: Platform> QueueTags<T, P> {
     }
 
     /// The shared side of the request `rq` names and the I/O it carries.
-    fn request_and_io<'a>(&'a self, rq: &'a Rq) -> Result<(&'a Request<T>, &'a RqIo), TagError> {
+    pub(crate) fn request_and_io<'a>(
+        &'a self,
+        rq: &'a Rq,
+    ) -> Result<(&'a Request<T>, &'a RqIo), TagError> {
         let request = self.owner(rq)?.1;
         // SAFETY: `rq` is the request's unique token and the result borrows it, so no
         // `&mut RqIo` (which needs the token borrowed mutably) can exist meanwhile.
@@ -976,7 +979,14 @@ impl<T, P: Platform> QueueTags<T, P> {
     /// ```
     pub fn start(&self, rq: &mut Rq, now_ns: u64) -> Result<(), TagError> {
         let request = self.owner(rq)?.1;
-        // SAFETY: we hold the unique token mutably.
+        self.start_resolved(request, now_ns)
+    }
+
+    /// [`start`](Self::start) for a request the caller resolved from its token, which it
+    /// holds mutably.
+    #[inline]
+    fn start_resolved(&self, request: &Request<T>, now_ns: u64) -> Result<(), TagError> {
+        // SAFETY: the caller holds the unique token mutably.
         unsafe { request.io_mut() }.start_ns = now_ns;
         request.set_deadline(now_ns.saturating_add(self.set.timeout_ns()));
         request
@@ -1067,7 +1077,7 @@ impl<T, P: Platform> QueueTags<T, P> {
                 return map.put_normal(tag, cpu);
             }
         }
-        self.free_general(rq)
+        self.free_resolved(rq, owner, request)
     }
 
     /// Frees a request and its tags; a bio still on it ends with [`Status::IoErr`], so none
@@ -1117,6 +1127,18 @@ impl<T, P: Platform> QueueTags<T, P> {
     #[inline(never)]
     fn free_general(&self, rq: Rq) -> Result<(), TagError> {
         let (owner, request) = self.owner(&rq)?;
+        self.free_resolved(rq, owner, request)
+    }
+
+    /// Frees the request `rq` names, which the caller resolved (to `owner` and `request`)
+    /// from this very token.
+    #[inline]
+    fn free_resolved(
+        &self,
+        rq: Rq,
+        owner: Owner<'_, T, P::RawMutex>,
+        request: &Request<T>,
+    ) -> Result<(), TagError> {
         // SAFETY: we own the token, consumed here.
         let io = unsafe { request.io_mut() };
         if io.nr_bios() != 0 {
@@ -1183,13 +1205,36 @@ impl<T, P: Platform> QueueTags<T, P> {
     /// ```
     pub fn get_driver_tag(&self, rq: &mut Rq) -> Result<bool, TagError> {
         let (owner, request) = self.owner(rq)?;
+        self.driver_tag_resolved(rq, owner, request)
+    }
+
+    /// [`get_driver_tag`](Self::get_driver_tag) and then [`start`](Self::start), with one
+    /// look-up of the token: `Ok(false)`, nothing started, when no driver tag is free.
+    pub(crate) fn tag_and_start(&self, rq: &mut Rq, now_ns: u64) -> Result<bool, TagError> {
+        let (owner, request) = self.owner(rq)?;
+        if !self.driver_tag_resolved(rq, owner, request)? {
+            return Ok(false);
+        }
+        self.start_resolved(request, now_ns)?;
+        Ok(true)
+    }
+
+    /// [`get_driver_tag`](Self::get_driver_tag) for the request `rq` names, which the
+    /// caller resolved (to `owner` and `request`) from this very token, held mutably.
+    #[inline]
+    fn driver_tag_resolved(
+        &self,
+        rq: &mut Rq,
+        owner: Owner<'_, T, P::RawMutex>,
+        request: &Request<T>,
+    ) -> Result<bool, TagError> {
         let Owner::Sched(m, sched_map) = owner else {
             return Ok(true);
         };
         if request.driver_tag() != NO_TAG {
             return Ok(true);
         }
-        // SAFETY: we hold the token mutably.
+        // SAFETY: the caller holds the token mutably.
         let io = unsafe { request.io_mut() };
         let reserved = rq.index() < sched_map.nr_reserved;
         let Some((tag, counted)) =
