@@ -2193,7 +2193,10 @@ impl<D: Driver> RequestQueue<D> {
     fn submit_inner<'q>(&'q self, bio: Bio, mut plug: Option<&mut Plug<'q, D>>) -> Result<(), Bio> {
         // The common bio in a few steps: no piece of a split, valid, one request whole.
         if !bio.flags.contains(BioFlags::SPLIT) && self.limits.fits_whole(&bio) {
-            return self.submit_one(bio, plug);
+            return match plug {
+                None if !self.has_elevator.load(Ordering::Relaxed) => self.submit_direct(bio),
+                plug => self.submit_one(bio, plug),
+            };
         }
         let piece = self.splits.is_piece(&bio);
         if !piece {
@@ -2235,6 +2238,51 @@ impl<D: Driver> RequestQueue<D> {
     fn split_len(&self, bio: &Bio) -> u32 {
         let block = self.limits.logical_block_size / crate::bio::SECTOR_SIZE as u32;
         self.limits.split_len(bio).max(block.min(bio.sectors))
+    }
+
+    /// [`submit_one`](Self::submit_one) for the common submission: a read or write that
+    /// fits one request whole ([`QueueLimits::fits_whole`]), with no plug and no elevator,
+    /// the whole way in one frame (with an elevator after all, the general way).
+    fn submit_direct(&self, bio: Bio) -> Result<(), Bio> {
+        if !self.enter() {
+            return Err(bio);
+        }
+        // Again with the usage count held: an elevator switch freezes the queue first, so
+        // one that came in since the caller looked shows now.
+        if self.has_elevator.load(Ordering::Relaxed) {
+            self.exit();
+            return self.submit_one(bio, None);
+        }
+        let Some((cpu, hctx, kind)) = self.place(&bio) else {
+            self.exit();
+            self.splits.end(bio, Status::IoErr);
+            return Ok(());
+        };
+        if crate::limits::mergeable(bio.op, bio.flags) && self.try_ctx_merge(cpu, kind, &bio) {
+            self.exit();
+            return Ok(());
+        }
+        // One data segment: `fits_whole` said so.
+        debug_assert_eq!(self.limits.segments(bio.op, bio.sector, bio.sectors), 1);
+        match self.tags().alloc_with_bio(&Alloc::new(hctx, cpu), bio, 1) {
+            Ok(rq) => {
+                self.issue_direct(rq, cpu, hctx, kind);
+                Ok(())
+            }
+            Err((e, bio)) => self.alloc_failed(e, bio),
+        }
+    }
+
+    /// With the usage count held, no request could be had for `bio`: without one free it
+    /// comes back to be submitted again; on any other error it ends with an I/O error.
+    #[cold]
+    fn alloc_failed(&self, error: TagError, bio: Bio) -> Result<(), Bio> {
+        self.exit();
+        if error == TagError::WouldBlock {
+            return Err(bio);
+        }
+        self.splits.end(bio, Status::IoErr);
+        Ok(())
     }
 
     /// Submits a bio that fits one request.
@@ -2375,15 +2423,7 @@ impl<D: Driver> RequestQueue<D> {
         let segments = self.limits.segments(bio.op, bio.sector, bio.sectors);
         let mut rq = match tags.alloc_with_bio(&alloc, bio, segments) {
             Ok(rq) => rq,
-            Err((TagError::WouldBlock, bio)) => {
-                self.exit();
-                return Err(bio);
-            }
-            Err((_, bio)) => {
-                self.exit();
-                self.splits.end(bio, Status::IoErr);
-                return Ok(());
-            }
+            Err((e, bio)) => return self.alloc_failed(e, bio),
         };
         if elevated {
             let cx = self.elv_cx();
@@ -2430,13 +2470,20 @@ impl<D: Driver> RequestQueue<D> {
             self.run_hw_queue(hctx);
             return;
         }
-        let h = &self.hctxs[hctx];
         if flush {
             self.push_dispatch(hctx, rq, false);
             self.run_hw_queue(hctx);
             return;
         }
-        // Direct issue: nothing queued ahead, the hardware not busy, and nobody running it.
+        self.issue_direct(rq, cpu, hctx, kind);
+    }
+
+    /// Without an elevator, a fresh request that is no flush: issued directly when its
+    /// hardware queue is idle (nothing queued ahead, the hardware not busy, and nobody
+    /// running it), else queued on the CPU's software queue and the hardware queue run.
+    #[inline]
+    fn issue_direct(&self, rq: Rq, cpu: usize, hctx: usize, kind: QueueType) {
+        let h = &self.hctxs[hctx];
         if self.claim_idle(hctx) {
             if self.halted(hctx) {
                 self.push_ctx_for(cpu, kind, hctx, rq);
