@@ -2041,13 +2041,19 @@ impl<D: Driver> RequestQueue<D> {
     }
 
     /// The CPU and the hardware queue for a bio.
-    #[inline]
+    #[inline(always)]
     fn place(&self, bio: &Bio) -> Option<(usize, usize, QueueType)> {
         let cpu = self.cpu();
         let (kind, hctx) = self.maps.select(cpu, bio.op, bio.flags);
         if !self.hctxs[hctx].inactive.load(Ordering::Relaxed) {
             return Some((cpu, hctx, kind));
         }
+        self.place_elsewhere(cpu, kind)
+    }
+
+    /// [`place`](Self::place) when the mapped hardware queue is inactive.
+    #[cold]
+    fn place_elsewhere(&self, cpu: usize, kind: QueueType) -> Option<(usize, usize, QueueType)> {
         // Another active hardware queue of the same type, else any active one.
         let active = |h: &usize| !self.hctxs[*h].inactive.load(Ordering::SeqCst);
         let same = self
@@ -2550,6 +2556,7 @@ impl<D: Driver> RequestQueue<D> {
 
     /// Without an elevator: merges `bio` into one of the newest requests of the CPU's
     /// software queue; whether it did (else the bio is still the caller's).
+    #[inline(always)]
     fn try_ctx_merge(&self, cpu: usize, kind: QueueType, bio: &Bio) -> bool {
         let index = cpu * QueueType::ALL.len() + kind as usize;
         let ctx = &self.ctxs[index];
@@ -2562,6 +2569,13 @@ impl<D: Driver> RequestQueue<D> {
         if self.hctxs[ctx.hctx].pending[ctx.pos / 64].load(Ordering::Relaxed) & bit == 0 {
             return false;
         }
+        self.ctx_merge_locked(ctx, bio)
+    }
+
+    /// [`try_ctx_merge`](Self::try_ctx_merge) once something is queued: the scan, under the
+    /// software queue's lock.
+    #[inline(never)]
+    fn ctx_merge_locked(&self, ctx: &SwCtx<D>, bio: &Bio) -> bool {
         let mut list = ctx.list.lock();
         let tags = self.tags();
         list.iter_mut()
