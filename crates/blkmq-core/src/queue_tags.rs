@@ -429,15 +429,15 @@ impl<T, P: Platform> QueueTags<T, P> {
     /// ```
     #[inline(always)]
     pub fn alloc(&self, alloc: &Alloc) -> Result<Rq, TagError> {
-        match self.alloc_plain(alloc, |_| {}) {
-            Some(got) => got,
-            None => self.alloc_general(alloc),
+        if !self.is_plain(alloc) {
+            return self.alloc_general(alloc);
         }
+        self.alloc_plain(alloc).map(|(rq, _)| rq)
     }
 
     /// Allocates a request that carries `bio` (with `segments` data segments) from the
-    /// start: in the common case the bio goes in with the allocation's own reach into the
-    /// request, with no second look-up of the token. The bio comes back with the error.
+    /// start: in the common case the bio goes in through the allocation's own reach into
+    /// the request, with no second look-up of the token. The bio comes back with the error.
     #[inline(always)]
     pub(crate) fn alloc_with_bio(
         &self,
@@ -445,57 +445,54 @@ impl<T, P: Platform> QueueTags<T, P> {
         bio: Bio,
         segments: u32,
     ) -> Result<Rq, (TagError, Bio)> {
-        let filled = self.alloc_plain(alloc, |io| {
+        if self.is_plain(alloc) {
+            let (rq, request) = self.alloc_plain(alloc).map_err(|e| (e, bio))?;
+            // SAFETY: `rq`, made just now, is the request's only token and is ours here:
+            // nobody else reaches `io`.
+            let io = unsafe { request.io_mut() };
             io.set_bio(bio);
             io.segments = segments;
-        });
-        match filled {
-            Some(got) => got.map_err(|e| (e, bio)),
-            None => {
-                let mut rq = self.alloc_general(alloc).map_err(|e| (e, bio))?;
-                match self.set_bio_segments(&mut rq, bio, segments) {
-                    Ok(()) => Ok(rq),
-                    // Our own fresh request: cannot happen. Should it, nothing is lost.
-                    Err(e) => {
-                        let _ = self.free(rq);
-                        Err((e, bio))
-                    }
-                }
+            return Ok(rq);
+        }
+        let mut rq = self.alloc_general(alloc).map_err(|e| (e, bio))?;
+        match self.set_bio_segments(&mut rq, bio, segments) {
+            Ok(()) => Ok(rq),
+            // Our own fresh request: cannot happen. Should it, nothing is lost.
+            Err(e) => {
+                let _ = self.free(rq);
+                Err((e, bio))
             }
         }
     }
 
-    /// The common case of an allocation, inline: a normal driver tag with no sharing, no
-    /// limit, no scheduler, `fill` readying the fresh request's I/O. `None` when the
-    /// allocation is not such a one, for the general way.
+    /// Whether `alloc` is the common case, done inline by
+    /// [`alloc_plain`](Self::alloc_plain): a normal driver tag with no sharing, no limit,
+    /// no scheduler.
     #[inline(always)]
-    fn alloc_plain(
-        &self,
-        alloc: &Alloc,
-        fill: impl FnOnce(&mut RqIo),
-    ) -> Option<Result<Rq, TagError>> {
-        let plain = !alloc.reserved
+    fn is_plain(&self, alloc: &Alloc) -> bool {
+        !alloc.reserved
             && alloc.shallow_depth.is_none()
             && self.sched.is_none()
             && alloc.hctx < self.nr_hw_queues
-            && !self.set.is_shared();
-        if !plain {
-            return None;
-        }
+            && !self.set.is_shared()
+    }
+
+    /// The common case of an allocation (see [`is_plain`](Self::is_plain)), inline: the
+    /// token and the request it names.
+    #[inline(always)]
+    fn alloc_plain(&self, alloc: &Alloc) -> Result<(Rq, &Request<T>), TagError> {
         let maps = self.maps();
         let m = if maps.len() == 1 { 0 } else { alloc.hctx };
         let map = &maps[m];
         let Some(bit) = map.normal.get(map.hint(alloc.cpu)) else {
-            return Some(Err(TagError::WouldBlock));
+            return Err(TagError::WouldBlock);
         };
         let tag = bit + map.nr_reserved;
         let request = &map.requests[tag];
         // SAFETY: we hold the tag just allocated, so nobody else reaches `io`.
-        let io = unsafe { request.io_mut() };
-        io.reset(alloc.cpu as u32, false);
-        fill(io);
+        unsafe { request.io_mut() }.reset(alloc.cpu as u32, false);
         let generation = request.claim(alloc.hctx as u32, self.id);
-        Some(Ok(Rq::new(self.set_id, m, tag, generation)))
+        Ok((Rq::new(self.set_id, m, tag, generation), request))
     }
 
     #[inline(never)]
