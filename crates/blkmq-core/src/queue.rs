@@ -2487,7 +2487,7 @@ impl<D: Driver> RequestQueue<D> {
     /// Without an elevator, a fresh request that is no flush: issued directly when its
     /// hardware queue is idle (nothing queued ahead, the hardware not busy, and nobody
     /// running it), else queued on the CPU's software queue and the hardware queue run.
-    #[inline]
+    #[inline(always)]
     fn issue_direct(&self, rq: Rq, cpu: usize, hctx: usize, kind: QueueType) {
         let h = &self.hctxs[hctx];
         if self.claim_idle(hctx) {
