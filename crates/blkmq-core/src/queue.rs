@@ -2200,7 +2200,7 @@ impl<D: Driver> RequestQueue<D> {
         // The common bio in a few steps: no piece of a split, valid, one request whole.
         if !bio.flags.contains(BioFlags::SPLIT) && self.limits.fits_whole(&bio) {
             return match plug {
-                None if !self.has_elevator.load(Ordering::Relaxed) => self.submit_direct(bio),
+                None if !self.has_elevator.load(Ordering::Relaxed) => self.submit_direct(&bio),
                 plug => self.submit_one(bio, plug),
             };
         }
@@ -2249,28 +2249,31 @@ impl<D: Driver> RequestQueue<D> {
     /// [`submit_one`](Self::submit_one) for the common submission: a read or write that
     /// fits one request whole ([`QueueLimits::fits_whole`]), with no plug and no elevator,
     /// the whole way in one frame (with an elevator after all, the general way).
-    fn submit_direct(&self, bio: Bio) -> Result<(), Bio> {
+    fn submit_direct(&self, bio: &Bio) -> Result<(), Bio> {
+        // The bio is read field by field here and copied only after `enter`'s locked
+        // operation: a caller that has just built it has stores in flight, and a wide copy
+        // of them would wait for them.
         if !self.enter() {
-            return Err(bio);
+            return Err(*bio);
         }
         // Again with the usage count held: an elevator switch freezes the queue first, so
         // one that came in since the caller looked shows now.
         if self.has_elevator.load(Ordering::Relaxed) {
             self.exit();
-            return self.submit_one(bio, None);
+            return self.submit_one(*bio, None);
         }
-        let Some((cpu, hctx, kind)) = self.place(&bio) else {
+        let Some((cpu, hctx, kind)) = self.place(bio) else {
             self.exit();
-            self.splits.end(bio, Status::IoErr);
+            self.splits.end(*bio, Status::IoErr);
             return Ok(());
         };
-        if crate::limits::mergeable(bio.op, bio.flags) && self.try_ctx_merge(cpu, kind, &bio) {
+        if crate::limits::mergeable(bio.op, bio.flags) && self.try_ctx_merge(cpu, kind, bio) {
             self.exit();
             return Ok(());
         }
         // One data segment: `fits_whole` said so.
         debug_assert_eq!(self.limits.segments(bio.op, bio.sector, bio.sectors), 1);
-        match self.tags().alloc_with_bio(&Alloc::new(hctx, cpu), bio, 1) {
+        match self.tags().alloc_with_bio(&Alloc::new(hctx, cpu), *bio, 1) {
             Ok(rq) => {
                 self.issue_direct(rq, cpu, hctx, kind);
                 Ok(())
