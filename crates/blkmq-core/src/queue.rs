@@ -2201,7 +2201,7 @@ impl<D: Driver> RequestQueue<D> {
         if !bio.flags.contains(BioFlags::SPLIT) && self.limits.fits_whole(&bio) {
             return match plug {
                 None if !self.has_elevator.load(Ordering::Relaxed) => self.submit_direct(&bio),
-                plug => self.submit_one(bio, plug),
+                plug => self.submit_one(&bio, plug),
             };
         }
         let piece = self.splits.is_piece(&bio);
@@ -2213,7 +2213,7 @@ impl<D: Driver> RequestQueue<D> {
         }
         let len = self.split_len(&bio);
         if len >= bio.sectors {
-            return self.submit_one(bio, plug.as_deref_mut());
+            return self.submit_one(&bio, plug.as_deref_mut());
         }
         let mut rest = if piece { bio } else { self.splits.start(bio)? };
         // Whether part of the parent is in: then only the rest can come back.
@@ -2221,10 +2221,10 @@ impl<D: Driver> RequestQueue<D> {
         loop {
             let len = self.split_len(&rest);
             if len >= rest.sectors {
-                return self.submit_one(rest, plug.as_deref_mut());
+                return self.submit_one(&rest, plug.as_deref_mut());
             }
             let (first, tail) = self.splits.cut(rest, len);
-            match self.submit_one(first, plug.as_deref_mut()) {
+            match self.submit_one(&first, plug.as_deref_mut()) {
                 Ok(()) => {
                     rest = tail;
                     any_in = true;
@@ -2260,7 +2260,7 @@ impl<D: Driver> RequestQueue<D> {
         // one that came in since the caller looked shows now.
         if self.has_elevator.load(Ordering::Relaxed) {
             self.exit();
-            return self.submit_one(*bio, None);
+            return self.submit_one(bio, None);
         }
         let Some((cpu, hctx, kind)) = self.place(bio) else {
             self.exit();
@@ -2295,21 +2295,19 @@ impl<D: Driver> RequestQueue<D> {
     }
 
     /// Submits a bio that fits one request.
-    fn submit_one<'q>(
-        &'q self,
-        mut bio: Bio,
-        mut plug: Option<&mut Plug<'q, D>>,
-    ) -> Result<(), Bio> {
+    fn submit_one<'q>(&'q self, bio: &Bio, mut plug: Option<&mut Plug<'q, D>>) -> Result<(), Bio> {
+        // Copied whole only after `enter`'s locked operation (see `submit_direct`).
         if !self.enter() {
-            return Err(bio);
+            return Err(*bio);
         }
-        let Some((cpu, hctx, kind)) = self.place(&bio) else {
+        let Some((cpu, hctx, kind)) = self.place(bio) else {
             self.exit();
-            self.splits.end(bio, Status::IoErr);
+            self.splits.end(*bio, Status::IoErr);
             return Ok(());
         };
         // The elevator's depth limit for this bio, once looked up.
         let mut shallow = None;
+        let mut bio = *bio;
         if crate::limits::mergeable(bio.op, bio.flags) {
             if let Some(plug) = plug.as_deref_mut() {
                 match plug.try_merge(self, bio) {
