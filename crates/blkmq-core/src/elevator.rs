@@ -815,6 +815,11 @@ pub trait Elevator: core::any::Any + Send {
     /// Whether [`dispatch_request`](Self::dispatch_request) for `hctx` would return one
     /// now (or after a timer: see [`next_timer`](Self::next_timer)).
     ///
+    /// The queue asks right after each dispatched request, under the same hold of the
+    /// lock, and ends the run when the answer is no: so the answer may turn from no to yes
+    /// only by an insertion (which runs the hardware queue again) or at
+    /// [`next_timer`](Self::next_timer), as with Linux's elevators.
+    ///
     /// ```
     /// # use blkmq_core::*;
     /// # struct Null;

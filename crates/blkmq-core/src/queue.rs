@@ -817,6 +817,23 @@ enum Issued {
     GaveUp(Rq, Status),
 }
 
+/// What a runner's look at the elevator ([`RequestQueue::pick`]) gave.
+enum Pick {
+    /// No work.
+    Empty,
+    /// Work, but the driver gave no budget.
+    NoBudget,
+    /// Work the elevator holds back for now (the budget is still held).
+    Held,
+    /// A request to issue (the budget held for it), whether the elevator had work left
+    /// after it, and the time the elevator read, if it read one.
+    Got {
+        rq: Rq,
+        more: bool,
+        time: Option<u64>,
+    },
+}
+
 /// A request queue: one block device (LUN, namespace) on a [`Host`].
 ///
 /// Bios go in through [`submit`](Self::submit) (or a [`Plug`]); the queue checks and splits
@@ -2379,10 +2396,51 @@ impl<D: Driver> RequestQueue<D> {
         }
         e.prepare_request(&cx, &mut rq);
         e.insert_request(&cx, rq, false);
+        let claim = self.claim_and_pick(&mut **e, &cx, hctx);
         drop(guard);
-        // The run that follows at once shares the time the insertion read, if it read one.
-        self.run_hw_queue_at(hctx, cx.time_read());
+        self.run_after_insert(hctx, claim, &cx);
         Ok(())
+    }
+
+    /// Under the elevator's lock `e`, just after an insertion for `hctx`: when nothing is
+    /// on `hctx`'s dispatch list and nobody runs it, claims its runner and makes the run's
+    /// first pick under the same hold. Returns the epoch read before the pick and the pick
+    /// (none when the hardware queue is halted), or `None` when the hardware queue is to be
+    /// run the ordinary way.
+    fn claim_and_pick(
+        &self,
+        e: &mut dyn Elevator,
+        cx: &ElvCx<'_>,
+        hctx: usize,
+    ) -> Option<(u64, Option<Pick>)> {
+        let h = self.hctxs.get(hctx)?;
+        let claimed = h.dispatch_len.load(Ordering::SeqCst) == 0
+            && h.run
+                .compare_exchange(0, RUNNING, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok();
+        if !claimed {
+            return None;
+        }
+        if self.halted(hctx) {
+            return Some((0, None));
+        }
+        let epoch = self.host.epoch();
+        Some((epoch, Some(self.pick(e, cx, hctx))))
+    }
+
+    /// After an insertion for `hctx`, with the elevator's lock let go: the run that
+    /// [`claim_and_pick`](Self::claim_and_pick) began, or an ordinary run sharing the
+    /// time the insertion read, if it read one.
+    fn run_after_insert(&self, hctx: usize, claim: Option<(u64, Option<Pick>)>, cx: &ElvCx<'_>) {
+        match claim {
+            Some((epoch, pick)) => {
+                if let Some(pick) = pick {
+                    self.dispatch_elevator(hctx, epoch, None, Some(pick));
+                }
+                self.finish_run(hctx);
+            }
+            None => self.run_hw_queue_at(hctx, cx.time_read()),
+        }
     }
 
     /// Puts `bio` in the fresh request `rq`, with its segment count. That cannot fail for
@@ -2438,11 +2496,12 @@ impl<D: Driver> RequestQueue<D> {
             if let Some(e) = guard.as_mut() {
                 e.prepare_request(&cx, &mut rq);
                 if plug.is_none() {
-                    // Prepared and inserted under one lock; the run that follows at once
-                    // shares the time the insertion read, if it read one.
+                    // Prepared, inserted and, on an idle hardware queue, dispatched under
+                    // one hold of the lock.
                     e.insert_request(&cx, rq, false);
+                    let claim = self.claim_and_pick(&mut **e, &cx, hctx);
                     drop(guard);
-                    self.run_hw_queue_at(hctx, cx.time_read());
+                    self.run_after_insert(hctx, claim, &cx);
                     return Ok(());
                 }
             }
@@ -2628,23 +2687,37 @@ impl<D: Driver> RequestQueue<D> {
         let Some(h) = self.hctxs.get(hctx) else {
             return;
         };
-        if h.run.fetch_or(PENDING, Ordering::SeqCst) & RUNNING != 0 {
+        // Nobody running and no run asked for: claim the runner at once (the common case,
+        // one operation instead of asking and then claiming).
+        let claimed = h
+            .run
+            .compare_exchange(0, RUNNING, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok();
+        if !claimed && !self.claim_asked(h) {
             return;
+        }
+        self.dispatch(hctx, now);
+        self.finish_run(hctx);
+    }
+
+    /// Asks for a run of `h` and claims its runner unless somebody runs it: whether the
+    /// caller is now the runner (if not, the runner sees the request and runs again).
+    fn claim_asked(&self, h: &HwCtx<D>) -> bool {
+        if h.run.fetch_or(PENDING, Ordering::SeqCst) & RUNNING != 0 {
+            return false;
         }
         loop {
             let cur = h.run.load(Ordering::SeqCst);
             if cur & RUNNING != 0 || cur & PENDING == 0 {
-                return;
+                return false;
             }
             if h.run
                 .compare_exchange(cur, RUNNING, Ordering::SeqCst, Ordering::SeqCst)
                 .is_ok()
             {
-                break;
+                return true;
             }
         }
-        self.dispatch(hctx, now);
-        self.finish_run(hctx);
     }
 
     /// As the runner: stop, unless a run was asked for meanwhile — then dispatch again.
@@ -2781,7 +2854,7 @@ impl<D: Driver> RequestQueue<D> {
         }
         if self.has_elevator.load(Ordering::SeqCst) {
             // The batch is needed only to give requests back: locked then.
-            self.dispatch_elevator(hctx, epoch, now);
+            self.dispatch_elevator(hctx, epoch, now, None);
             return;
         }
         let mut batch = h.scratch.lock();
@@ -2842,46 +2915,60 @@ impl<D: Driver> RequestQueue<D> {
         false
     }
 
-    fn dispatch_elevator(&self, hctx: usize, epoch: u64, mut now: Option<u64>) {
+    /// The elevator's part of a run of `hctx`: requests one at a time, each taken under one
+    /// hold of the elevator's lock with the budget and the check for more work.
+    ///
+    /// `first`: a pick already made under the caller's hold (a submission that inserted and
+    /// found the hardware queue idle); `now`, the time the caller read, for the first pick.
+    fn dispatch_elevator(
+        &self,
+        hctx: usize,
+        epoch: u64,
+        mut now: Option<u64>,
+        mut first: Option<Pick>,
+    ) {
         let h = &self.hctxs[hctx];
         let cx = self.cx(hctx);
         let driver = self.driver();
         loop {
-            if self.halted(hctx) {
-                return;
-            }
-            // The first dispatch may take the caller's time; later ones read their own.
-            let elv_cx = match now.take() {
-                Some(t) => ElvCx::with_backend(self, &self.limits, t),
-                None => self.elv_cx(),
-            };
-            // Work, budget and the request under one hold of the elevator's lock.
-            let rq = {
-                let mut guard = self.elevator.lock();
-                let Some(e) = guard.as_mut() else {
-                    return;
-                };
-                if !e.has_work(hctx) {
-                    return;
+            let pick = match first.take() {
+                Some(pick) => pick,
+                None => {
+                    if self.halted(hctx) {
+                        return;
+                    }
+                    // The first dispatch may take the caller's time; later ones read their own.
+                    let elv_cx = match now.take() {
+                        Some(t) => ElvCx::with_backend(self, &self.limits, t),
+                        None => self.elv_cx(),
+                    };
+                    let mut guard = self.elevator.lock();
+                    let Some(e) = guard.as_mut() else {
+                        return;
+                    };
+                    self.pick(&mut **e, &elv_cx, hctx)
                 }
-                if !driver.get_budget(&cx) {
-                    drop(guard);
+            };
+            let (rq, more, time) = match pick {
+                Pick::Empty => return,
+                Pick::NoBudget => {
                     self.give_up(hctx, &mut h.scratch.lock(), epoch, Status::Resource);
                     return;
                 }
-                e.dispatch_request(&elv_cx, hctx)
-            };
-            let Some(rq) = rq else {
-                // Work held back (a higher class in flight, idling): wait for a completion
-                // like any give-up, or for the platform when nothing is in flight.
-                driver.put_budget(&cx);
-                self.budget_returned(hctx);
-                let now = self.platform().now_ns();
-                let delay = self
-                    .next_timer()
-                    .map_or(RESOURCE_DELAY_NS, |at| at.saturating_sub(now));
-                self.give_up_for(hctx, &mut h.scratch.lock(), epoch, Status::Resource, delay);
-                return;
+                Pick::Held => {
+                    // Work held back (a higher class in flight, idling): wait for a
+                    // completion like any give-up, or for the platform when nothing is in
+                    // flight.
+                    driver.put_budget(&cx);
+                    self.budget_returned(hctx);
+                    let now = self.platform().now_ns();
+                    let delay = self
+                        .next_timer()
+                        .map_or(RESOURCE_DELAY_NS, |at| at.saturating_sub(now));
+                    self.give_up_for(hctx, &mut h.scratch.lock(), epoch, Status::Resource, delay);
+                    return;
+                }
+                Pick::Got { rq, more, time } => (rq, more, time),
             };
             let own = self.rq_hctx(&rq, hctx);
             if own != hctx {
@@ -2891,17 +2978,41 @@ impl<D: Driver> RequestQueue<D> {
                 self.budget_returned(hctx);
                 self.push_dispatch(own, rq, false);
                 self.run_hw_queue(own);
-                continue;
-            }
-            match self.issue_one(hctx, hctx, rq, true, Some(hctx), elv_cx.time_read()) {
-                Issued::Queued | Issued::Ended => {}
-                Issued::GaveUp(rq, status) => {
-                    let mut batch = h.scratch.lock();
-                    batch.push_back(rq);
-                    self.give_up(hctx, &mut batch, epoch, status);
-                    return;
+            } else {
+                match self.issue_one(hctx, hctx, rq, true, Some(hctx), time) {
+                    Issued::Queued | Issued::Ended => {}
+                    Issued::GaveUp(rq, status) => {
+                        let mut batch = h.scratch.lock();
+                        batch.push_back(rq);
+                        self.give_up(hctx, &mut batch, epoch, status);
+                        return;
+                    }
                 }
             }
+            // With no work left when the request was taken, the run is done: work inserted
+            // since then asked for a run of its own, which this runner's `finish_run` sees.
+            if !more {
+                return;
+            }
+        }
+    }
+
+    /// Under the elevator's lock, as `hctx`'s runner: whether the elevator has work, the
+    /// driver's budget for it, the request, and whether work remains after it.
+    fn pick(&self, e: &mut dyn Elevator, elv_cx: &ElvCx<'_>, hctx: usize) -> Pick {
+        if !e.has_work(hctx) {
+            return Pick::Empty;
+        }
+        if !self.driver().get_budget(&self.cx(hctx)) {
+            return Pick::NoBudget;
+        }
+        match e.dispatch_request(elv_cx, hctx) {
+            Some(rq) => Pick::Got {
+                rq,
+                more: e.has_work(hctx),
+                time: elv_cx.time_read(),
+            },
+            None => Pick::Held,
         }
     }
 
