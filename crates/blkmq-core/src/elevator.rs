@@ -38,6 +38,9 @@ pub struct ElvCx<'a> {
     limits: &'a QueueLimits,
     /// The time given, or [`ASK_BACKEND`] until the first [`ElvCx::now_ns`] reads it.
     now_ns: Cell<u64>,
+    /// The coarse time, or [`ASK_BACKEND`] until the first [`ElvCx::coarse_now_ns`] that
+    /// found no time above reads it.
+    coarse_ns: Cell<u64>,
 }
 
 /// The request operations an [`ElvCx`] forwards.
@@ -52,6 +55,10 @@ pub(crate) trait ElvBackend {
     /// The platform's time (read only when an elevator asks for it).
     fn now_ns(&self) -> u64 {
         0
+    }
+    /// The platform's coarse time ([`Platform::coarse_now_ns`]).
+    fn coarse_now_ns(&self) -> u64 {
+        self.now_ns()
     }
     fn hctx(&self, rq: &Rq) -> usize;
     fn nr_keys(&self) -> usize;
@@ -111,6 +118,7 @@ impl<'a> ElvCx<'a> {
             backend: tags,
             limits,
             now_ns: Cell::new(now_ns),
+            coarse_ns: Cell::new(ASK_BACKEND),
         }
     }
 
@@ -123,6 +131,7 @@ impl<'a> ElvCx<'a> {
             backend,
             limits,
             now_ns: Cell::new(now_ns),
+            coarse_ns: Cell::new(ASK_BACKEND),
         }
     }
 
@@ -147,10 +156,48 @@ impl<'a> ElvCx<'a> {
         now
     }
 
+    /// The platform's coarse time ([`Platform::coarse_now_ns`]): never ahead of
+    /// [`now_ns`](Self::now_ns), behind it by at most the platform's tick, and cheaper to
+    /// read. For times that need no finer grain than the tick, as Linux's mq-deadline
+    /// counts its expiries in jiffies. A context given a time, or one whose `now_ns` was
+    /// read, answers with that time.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
+    /// # let tags = set.attach().unwrap();
+    /// # let limits = QueueLimits::new(1 << 20);
+    /// let cx = ElvCx::new(&tags, &limits, 5_000);
+    /// assert_eq!(cx.coarse_now_ns(), 5_000);
+    /// ```
+    pub fn coarse_now_ns(&self) -> u64 {
+        let now = self.now_ns.get();
+        if now != ASK_BACKEND {
+            return now;
+        }
+        let coarse = self.coarse_ns.get();
+        if coarse != ASK_BACKEND {
+            return coarse;
+        }
+        // Read once per context, as `now_ns`.
+        let coarse = self.backend.coarse_now_ns();
+        self.coarse_ns.set(coarse);
+        coarse
+    }
+
     /// The time [`now_ns`](Self::now_ns) gave, if anything asked for it yet.
     pub(crate) fn time_read(&self) -> Option<u64> {
         let now = self.now_ns.get();
         (now != ASK_BACKEND).then_some(now)
+    }
+
+    /// The freshest time this context read, precise or coarse, if it read one: good for a
+    /// request's start stamp, which needs only the coarse clock.
+    pub(crate) fn stamp_read(&self) -> Option<u64> {
+        self.time_read().or_else(|| {
+            let coarse = self.coarse_ns.get();
+            (coarse != ASK_BACKEND).then_some(coarse)
+        })
     }
 
     /// The queue's limits.

@@ -826,7 +826,8 @@ enum Pick {
     /// Work the elevator holds back for now (the budget is still held).
     Held,
     /// A request to issue (the budget held for it), whether the elevator had work left
-    /// after it, and the time the elevator read, if it read one.
+    /// after it, and the freshest time the elevator read, if it read one (the start
+    /// stamp needs only the coarse clock).
     Got {
         rq: Rq,
         more: bool,
@@ -3010,7 +3011,7 @@ impl<D: Driver> RequestQueue<D> {
             Some(rq) => Pick::Got {
                 rq,
                 more: e.has_work(hctx),
-                time: elv_cx.time_read(),
+                time: elv_cx.stamp_read(),
             },
             None => Pick::Held,
         }
@@ -3838,6 +3839,9 @@ impl<D: Driver> ElvBackend for RequestQueue<D> {
     }
     fn now_ns(&self) -> u64 {
         self.platform().now_ns()
+    }
+    fn coarse_now_ns(&self) -> u64 {
+        self.platform().coarse_now_ns()
     }
     fn nr_keys(&self) -> usize {
         self.tags().nr_keys()

@@ -19,6 +19,12 @@
 //! deadline. Everything but reads is limited to [`Tunables::async_depth`] scheduler tags.
 //! The structures are arrays made when the queue's depth is set: no allocation per I/O.
 //!
+//! Deadlines and ages are read from the coarse clock ([`ElvCx::coarse_now_ns`]), as Linux
+//! counts them in jiffies: its grain (a few milliseconds) is far below the expiries
+//! (hundreds of milliseconds and more), and it is cheaper to read than the precise clock.
+//!
+//! [`ElvCx::coarse_now_ns`]: blkmq_core::ElvCx::coarse_now_ns
+//!
 //! ```
 //! use blkmq_core::{Alloc, Bio, ElvCx, Elevator, Op, QueueLimits, StdPlatform, TagSet};
 //! use blkmq_sched_deadline::Deadline;
@@ -345,12 +351,12 @@ impl Deadline {
         let Ok(io) = cx.io(&rq) else {
             // Not a request of this queue: nothing to schedule it by. Keep it anyway, at
             // the head of best effort, so it is not lost.
-            self.keep(key, rq, 1, READ, cx.now_ns());
+            self.keep(key, rq, 1, READ, cx.coarse_now_ns());
             return;
         };
         let (class, dir) = (class_index(io.prio().class()), dir_of(io.op()));
         let (sector, end) = (io.sector(), io.end_sector());
-        let now = cx.now_ns();
+        let now = cx.coarse_now_ns();
         if key >= self.sorted.forest().nr_keys() {
             // Keys come from the queue's arrays, sized by `depth_updated`; be safe anyway.
             self.grow(key + 1);
@@ -487,7 +493,7 @@ impl Deadline {
             };
             let next = self.next_by_sector(class, dir);
             // The time is read only here, between batches, where expiry is checked.
-            let key = if next.is_none() || self.fifo_expired(class, dir, cx.now_ns()) {
+            let key = if next.is_none() || self.fifo_expired(class, dir, cx.coarse_now_ns()) {
                 self.lists.front(Self::tree(class, dir))
             } else {
                 next
@@ -513,7 +519,7 @@ impl Deadline {
             return None;
         }
         let latest = cx
-            .now_ns()
+            .coarse_now_ns()
             .checked_sub(self.tunables.prio_aging_expire_ns)?;
         (1..NR_CLASSES).find_map(|class| self.dispatch_class(cx, class, latest))
     }

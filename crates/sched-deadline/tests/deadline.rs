@@ -7,10 +7,10 @@
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use blkmq_core::{
-    Alloc, Bio, BioFlags, Driver, Elevator, ElvCx, HctxCx, Host, IoPrio, IoPrioClass, Op,
+    Alloc, Bio, BioFlags, Driver, Elevator, ElvCx, HctxCx, Host, IoPrio, IoPrioClass, Op, Platform,
     QueueConfig, QueueLimits, QueueTags, Rejected, RequestInit, Rq, Status, StdPlatform, TagError,
     TagSet,
 };
@@ -1263,4 +1263,101 @@ fn real_time_completion_releases_best_effort() {
     assert!(!queue.has_work(0));
     assert_eq!(host.set().busy(), 0);
     assert_eq!(queue.usage(), 0);
+}
+
+/// A platform whose precise and coarse clocks are set apart by the test, counting the
+/// precise reads.
+#[derive(Default)]
+struct TwoClocks {
+    precise_ns: AtomicU64,
+    coarse_ns: AtomicU64,
+    precise_reads: AtomicUsize,
+}
+
+impl Platform for TwoClocks {
+    type RawMutex = <StdPlatform as Platform>::RawMutex;
+
+    fn nr_cpus(&self) -> usize {
+        1
+    }
+
+    fn current_cpu(&self) -> usize {
+        0
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.precise_reads.fetch_add(1, Ordering::SeqCst);
+        self.precise_ns.load(Ordering::SeqCst)
+    }
+
+    fn coarse_now_ns(&self) -> u64 {
+        self.coarse_ns.load(Ordering::SeqCst)
+    }
+
+    fn kick(&self, _hctx: usize) {}
+}
+
+/// [`Hold`] on [`TwoClocks`].
+#[derive(Default)]
+struct HoldTwoClocks {
+    held: Mutex<Vec<Rq>>,
+}
+
+impl Driver for HoldTwoClocks {
+    type Platform = TwoClocks;
+    type Payload = ();
+    fn init_request(&self, _: RequestInit) {}
+    fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+        self.held.lock().unwrap().push(rq);
+        Ok(())
+    }
+}
+
+/// Deadlines are stamped and checked on the coarse clock, as Linux counts them in
+/// jiffies. Batches of one: the first request goes by sector, and at the next batch's start
+/// the oldest read is checked. With the coarse clock short of its expiry and the precise
+/// clock past it, the read is not expired, and dispatch goes on in sector order; once the
+/// coarse clock reaches the expiry, the oldest read goes next. The precise clock is never
+/// read.
+#[test]
+fn deadlines_follow_the_coarse_clock() {
+    for (coarse_ms, second) in [(9, 8192), (10, 100_000)] {
+        let host = Host::new(
+            TagSet::builder(16),
+            TwoClocks::default(),
+            HoldTwoClocks::default(),
+        )
+        .unwrap();
+        let dd = Deadline::with_tunables(Tunables {
+            read_expire_ns: 10 * MS,
+            fifo_batch: 1,
+            ..Tunables::default()
+        });
+        let config = QueueConfig::new(QueueLimits::new(1 << 30)).elevator(Box::new(dd));
+        let queue = host.add_queue(config).unwrap();
+        let clocks = host.set().platform();
+        queue.quiesce();
+        // The oldest read is furthest out: sector order and FIFO order differ.
+        for sector in [100_000, 8192, 0] {
+            queue.submit(Bio::new(Op::Read, sector, 8)).unwrap();
+        }
+        clocks.coarse_ns.store(coarse_ms * MS, Ordering::SeqCst);
+        clocks.precise_ns.store(11 * MS, Ordering::SeqCst);
+        queue.unquiesce();
+        let held: Vec<u64> = host
+            .driver()
+            .held
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|rq| queue.io(rq).unwrap().sector())
+            .collect();
+        assert_eq!(held.len(), 3);
+        assert_eq!(held[0], 0, "the first batch goes by sector");
+        assert_eq!(held[1], second, "coarse clock at {coarse_ms} ms: {held:?}");
+        assert_eq!(clocks.precise_reads.load(Ordering::SeqCst), 0);
+        let held: Vec<Rq> = host.driver().held.lock().unwrap().drain(..).collect();
+        queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok)));
+        assert_eq!(host.set().busy(), 0);
+    }
 }
