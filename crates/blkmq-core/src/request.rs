@@ -29,6 +29,7 @@
 
 use core::cell::UnsafeCell;
 use core::fmt;
+use core::num::NonZeroU64;
 
 use crate::bio::{Bio, BioFlags, IoPrio, IssuerId, Op, Status};
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
@@ -571,8 +572,10 @@ pub const fn unique_tag_tag(unique: u32) -> u32 {
 #[derive(Debug, PartialEq, Eq)]
 pub struct Rq {
     /// `pool << 32 | map << 16 | tag`, in one word. Pool identities are never reused, so
-    /// this names one request of one live pool, or none.
-    packed: u64,
+    /// this names one request of one live pool, or none. Pool identities start at 1, so
+    /// the word is never zero: an `Option<Rq>` is two words too, and comes back from a
+    /// function (an elevator's dispatch) in registers.
+    packed: NonZeroU64,
     /// The request's allocation count when it was allocated: a token kept past its
     /// request's life (say, of a dropped queue) never matches the request's next allocation.
     generation: u64,
@@ -581,8 +584,13 @@ pub struct Rq {
 impl Rq {
     #[inline(always)]
     pub(crate) fn new(pool: u32, map: usize, tag: usize, generation: u64) -> Self {
+        let packed =
+            (u64::from(pool) << 32) | ((map as u64 & 0xffff) << 16) | (tag as u64 & 0xffff);
+        debug_assert_ne!(pool, 0, "pool identities start at 1");
         Self {
-            packed: (u64::from(pool) << 32) | ((map as u64 & 0xffff) << 16) | (tag as u64 & 0xffff),
+            // Pool 0 is never handed out; should one come, the token names pool `u32::MAX`,
+            // which is never handed out either: no request at all.
+            packed: NonZeroU64::new(packed).unwrap_or(NonZeroU64::MAX),
             generation,
         }
     }
@@ -596,19 +604,19 @@ impl Rq {
     /// The identity of the tags that own the request.
     #[inline(always)]
     pub(crate) fn pool(&self) -> u32 {
-        (self.packed >> 32) as u32
+        (self.packed.get() >> 32) as u32
     }
 
     /// The tag map within them.
     #[inline(always)]
     pub(crate) fn map(&self) -> usize {
-        ((self.packed >> 16) & 0xffff) as usize
+        ((self.packed.get() >> 16) & 0xffff) as usize
     }
 
     /// The tag as an index.
     #[inline(always)]
     pub(crate) fn index(&self) -> usize {
-        (self.packed & 0xffff) as usize
+        (self.packed.get() & 0xffff) as usize
     }
 
     /// The request's tag in the tags that own it (see [`Request::tag`]).
@@ -623,7 +631,7 @@ impl Rq {
     /// queue.free(rq).unwrap();
     /// ```
     pub fn tag(&self) -> u32 {
-        (self.packed & 0xffff) as u32
+        (self.packed.get() & 0xffff) as u32
     }
 }
 

@@ -45,6 +45,8 @@ static_assertions::assert_impl_all!(Rq: Send, Sync);
 static_assertions::assert_not_impl_any!(Rq: Clone, Copy);
 // Two words: a token moves from call to call in registers, not through memory.
 static_assertions::assert_eq_size!(Rq, [u64; 2]);
+// And so is a maybe-token, as an elevator's dispatch returns one.
+static_assertions::assert_eq_size!(Option<Rq>, [u64; 2]);
 
 #[test]
 fn bad_configurations_are_errors() {
