@@ -2408,6 +2408,7 @@ impl<D: Driver> RequestQueue<D> {
     /// first pick under the same hold. Returns the epoch read before the pick and the pick
     /// (none when the hardware queue is halted), or `None` when the hardware queue is to be
     /// run the ordinary way.
+    #[inline(always)]
     fn claim_and_pick(
         &self,
         e: &mut dyn Elevator,
@@ -2432,11 +2433,14 @@ impl<D: Driver> RequestQueue<D> {
     /// After an insertion for `hctx`, with the elevator's lock let go: the run that
     /// [`claim_and_pick`](Self::claim_and_pick) began, or an ordinary run sharing the
     /// time the insertion read, if it read one.
+    #[inline(always)]
     fn run_after_insert(&self, hctx: usize, claim: Option<(u64, Option<Pick>)>, cx: &ElvCx<'_>) {
         match claim {
             Some((epoch, pick)) => {
                 if let Some(pick) = pick {
-                    self.dispatch_elevator(hctx, epoch, None, Some(pick));
+                    if self.serve_pick(hctx, epoch, pick) {
+                        self.dispatch_elevator(hctx, epoch, None);
+                    }
                 }
                 self.finish_run(hctx);
             }
@@ -2855,7 +2859,7 @@ impl<D: Driver> RequestQueue<D> {
         }
         if self.has_elevator.load(Ordering::SeqCst) {
             // The batch is needed only to give requests back: locked then.
-            self.dispatch_elevator(hctx, epoch, now, None);
+            self.dispatch_elevator(hctx, epoch, now);
             return;
         }
         let mut batch = h.scratch.lock();
@@ -2919,87 +2923,84 @@ impl<D: Driver> RequestQueue<D> {
     /// The elevator's part of a run of `hctx`: requests one at a time, each taken under one
     /// hold of the elevator's lock with the budget and the check for more work.
     ///
-    /// `first`: a pick already made under the caller's hold (a submission that inserted and
-    /// found the hardware queue idle); `now`, the time the caller read, for the first pick.
-    fn dispatch_elevator(
-        &self,
-        hctx: usize,
-        epoch: u64,
-        mut now: Option<u64>,
-        mut first: Option<Pick>,
-    ) {
+    /// `now`: the time the caller read, for the first pick.
+    fn dispatch_elevator(&self, hctx: usize, epoch: u64, mut now: Option<u64>) {
+        loop {
+            if self.halted(hctx) {
+                return;
+            }
+            // The first dispatch may take the caller's time; later ones read their own.
+            let elv_cx = match now.take() {
+                Some(t) => ElvCx::with_backend(self, &self.limits, t),
+                None => self.elv_cx(),
+            };
+            let pick = {
+                let mut guard = self.elevator.lock();
+                let Some(e) = guard.as_mut() else {
+                    return;
+                };
+                self.pick(&mut **e, &elv_cx, hctx)
+            };
+            if !self.serve_pick(hctx, epoch, pick) {
+                return;
+            }
+        }
+    }
+
+    /// As `hctx`'s runner, with the elevator's lock let go: issues what
+    /// [`pick`](Self::pick) gave, or gives up. Returns whether to pick again: the
+    /// elevator had work left after the request it gave. With none left the run is done:
+    /// work inserted since then asked for a run of its own, which this runner's
+    /// [`finish_run`](Self::finish_run) sees.
+    #[inline(always)]
+    fn serve_pick(&self, hctx: usize, epoch: u64, pick: Pick) -> bool {
         let h = &self.hctxs[hctx];
         let cx = self.cx(hctx);
         let driver = self.driver();
-        loop {
-            let pick = match first.take() {
-                Some(pick) => pick,
-                None => {
-                    if self.halted(hctx) {
-                        return;
-                    }
-                    // The first dispatch may take the caller's time; later ones read their own.
-                    let elv_cx = match now.take() {
-                        Some(t) => ElvCx::with_backend(self, &self.limits, t),
-                        None => self.elv_cx(),
-                    };
-                    let mut guard = self.elevator.lock();
-                    let Some(e) = guard.as_mut() else {
-                        return;
-                    };
-                    self.pick(&mut **e, &elv_cx, hctx)
-                }
-            };
-            let (rq, more, time) = match pick {
-                Pick::Empty => return,
-                Pick::NoBudget => {
-                    self.give_up(hctx, &mut h.scratch.lock(), epoch, Status::Resource);
-                    return;
-                }
-                Pick::Held => {
-                    // Work held back (a higher class in flight, idling): wait for a
-                    // completion like any give-up, or for the platform when nothing is in
-                    // flight.
-                    driver.put_budget(&cx);
-                    self.budget_returned(hctx);
-                    let now = self.platform().now_ns();
-                    let delay = self
-                        .next_timer()
-                        .map_or(RESOURCE_DELAY_NS, |at| at.saturating_sub(now));
-                    self.give_up_for(hctx, &mut h.scratch.lock(), epoch, Status::Resource, delay);
-                    return;
-                }
-                Pick::Got { rq, more, time } => (rq, more, time),
-            };
-            let own = self.rq_hctx(&rq, hctx);
-            if own != hctx {
-                // Another hardware queue's request: its own runner issues it (and checks
-                // whether that queue may dispatch), so `last` and commits stay per queue.
+        let (rq, more, time) = match pick {
+            Pick::Empty => return false,
+            Pick::NoBudget => {
+                self.give_up(hctx, &mut h.scratch.lock(), epoch, Status::Resource);
+                return false;
+            }
+            Pick::Held => {
+                // Work held back (a higher class in flight, idling): wait for a completion
+                // like any give-up, or for the platform when nothing is in flight.
                 driver.put_budget(&cx);
                 self.budget_returned(hctx);
-                self.push_dispatch(own, rq, false);
-                self.run_hw_queue(own);
-            } else {
-                match self.issue_one(hctx, hctx, rq, true, Some(hctx), time) {
-                    Issued::Queued | Issued::Ended => {}
-                    Issued::GaveUp(rq, status) => {
-                        let mut batch = h.scratch.lock();
-                        batch.push_back(rq);
-                        self.give_up(hctx, &mut batch, epoch, status);
-                        return;
-                    }
-                }
+                let now = self.platform().now_ns();
+                let delay = self
+                    .next_timer()
+                    .map_or(RESOURCE_DELAY_NS, |at| at.saturating_sub(now));
+                self.give_up_for(hctx, &mut h.scratch.lock(), epoch, Status::Resource, delay);
+                return false;
             }
-            // With no work left when the request was taken, the run is done: work inserted
-            // since then asked for a run of its own, which this runner's `finish_run` sees.
-            if !more {
-                return;
+            Pick::Got { rq, more, time } => (rq, more, time),
+        };
+        let own = self.rq_hctx(&rq, hctx);
+        if own != hctx {
+            // Another hardware queue's request: its own runner issues it (and checks
+            // whether that queue may dispatch), so `last` and commits stay per queue.
+            driver.put_budget(&cx);
+            self.budget_returned(hctx);
+            self.push_dispatch(own, rq, false);
+            self.run_hw_queue(own);
+            return more;
+        }
+        match self.issue_one(hctx, hctx, rq, true, Some(hctx), time) {
+            Issued::Queued | Issued::Ended => more,
+            Issued::GaveUp(rq, status) => {
+                let mut batch = h.scratch.lock();
+                batch.push_back(rq);
+                self.give_up(hctx, &mut batch, epoch, status);
+                false
             }
         }
     }
 
     /// Under the elevator's lock, as `hctx`'s runner: whether the elevator has work, the
     /// driver's budget for it, the request, and whether work remains after it.
+    #[inline(always)]
     fn pick(&self, e: &mut dyn Elevator, elv_cx: &ElvCx<'_>, hctx: usize) -> Pick {
         if !e.has_work(hctx) {
             return Pick::Empty;
