@@ -1290,6 +1290,10 @@ impl Elevator for Bfq {
     }
 
     fn request_merge(&mut self, cx: &ElvCx<'_>, bio: &Bio) -> Option<(usize, MergeKind)> {
+        if self.lists.total() == 0 {
+            // Nothing queued to merge into (an idle device's common case).
+            return None;
+        }
         let q = self.find_queue(bio.issuer, bio.is_sync(), bio.prio)? as usize;
         self.sorted.request_merge(cx, bio, q, true, |_, t| t == q)
     }

@@ -613,6 +613,10 @@ impl Elevator for Deadline {
     }
 
     fn request_merge(&mut self, cx: &ElvCx<'_>, bio: &Bio) -> Option<(usize, MergeKind)> {
+        if self.queued() == 0 {
+            // Nothing queued to merge into (an idle device's common case).
+            return None;
+        }
         let (class, dir) = (class_index(bio.prio.class()), dir_of(bio.op));
         let info = &self.info;
         let same = |k: usize, _| info[k].class as usize == class && info[k].dir as usize == dir;
