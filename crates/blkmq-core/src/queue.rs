@@ -3328,7 +3328,7 @@ impl<D: Driver> RequestQueue<D> {
             // No elevator to tell: the driver's hook, the ending and the free share one
             // look-up of the request.
             let mut hctx = 0;
-            let first = |request: &Request<D::Payload>| {
+            let first = |_: &Rq, request: &Request<D::Payload>, _: &RqIo| {
                 hctx = request.hctx();
                 self.driver().complete(&self.cx(hctx), request);
             };
@@ -3343,32 +3343,31 @@ impl<D: Driver> RequestQueue<D> {
             }
             return;
         }
-        let (hctx, flush) = match tags.request_and_io(&rq) {
-            Ok((request, io)) => {
-                self.driver().complete(&self.cx(request.hctx()), request);
-                (request.hctx(), io.op() == Op::Flush)
-            }
-            Err(_) => (0, true),
-        };
-        let cx = self.cx(hctx);
-        // Flushes bypass the elevator (and a request not ours has nothing to tell it).
-        if !flush {
-            let elv_cx = self.elv_cx();
-            if let Some(e) = self.elevator.lock().as_mut() {
-                if issued {
-                    e.completed_request(&elv_cx, &rq);
+        // The driver's hook, the elevator's, the ending and the free share one look-up.
+        let mut hctx = 0;
+        let first = |rq: &Rq, request: &Request<D::Payload>, io: &RqIo| {
+            hctx = request.hctx();
+            self.driver().complete(&self.cx(hctx), request);
+            // Flushes bypass the elevator.
+            if io.op() != Op::Flush {
+                let elv_cx = self.elv_cx();
+                if let Some(e) = self.elevator.lock().as_mut() {
+                    if issued {
+                        e.completed_request(&elv_cx, rq);
+                    }
+                    e.finish_request(&elv_cx, rq);
                 }
-                e.finish_request(&elv_cx, &rq);
             }
-        }
+        };
+        // A request not ours has nothing to tell anybody: only the budget goes back.
         if tags
-            .complete_with(rq, status, |_| {}, |bio, status| splits.end(bio, status))
+            .complete_with(rq, status, first, |bio, status| splits.end(bio, status))
             .is_ok()
         {
             self.exit();
         }
         if issued {
-            self.driver().put_budget(&cx);
+            self.driver().put_budget(&self.cx(hctx));
         }
     }
 
@@ -3878,7 +3877,7 @@ impl<D: Driver> Drop for RequestQueue<D> {
             let _ = self.tags().complete_with(
                 rq,
                 Status::IoErr,
-                |_| {},
+                |_, _, _| {},
                 |bio, status| {
                     splits.end(bio, status);
                 },

@@ -1040,22 +1040,23 @@ impl<T, P: Platform> QueueTags<T, P> {
     /// assert_eq!(set.busy(), 0);
     /// ```
     pub fn complete(&self, rq: Rq, status: Status) -> Result<(), TagError> {
-        self.complete_with(rq, status, |_| {}, Bio::complete)
+        self.complete_with(rq, status, |_, _, _| {}, Bio::complete)
     }
 
     /// Like [`complete`](Self::complete), each bio handed to `end` rather than its callback,
-    /// and `first` shown the request before anything ends: one look-up of the request
-    /// serves the hook, the ending and the free.
+    /// and `first` shown the token, the request and its I/O before anything ends: one
+    /// look-up of the request serves the hooks, the ending and the free.
     #[inline]
     pub(crate) fn complete_with(
         &self,
         rq: Rq,
         status: Status,
-        first: impl FnOnce(&Request<T>),
+        first: impl FnOnce(&Rq, &Request<T>, &RqIo),
         end: impl FnMut(Bio, Status),
     ) -> Result<(), TagError> {
         let (owner, request) = self.owner(&rq)?;
-        first(request);
+        // SAFETY: we own the token; the shared view ends with `first`, before `io_mut`.
+        first(&rq, request, unsafe { request.io_ref() });
         // From idle (ended before it was started) or in flight; already complete when a
         // racing `try_complete` won, which leaves the ending to us all the same.
         let _ = request
