@@ -819,7 +819,7 @@ enum Issued {
 
 /// What a runner's look at the elevator ([`RequestQueue::pick`]) gave.
 enum Pick {
-    /// No work.
+    /// No work (or none to do now: the hardware queue is halted).
     Empty,
     /// Work, but the driver gave no budget.
     NoBudget,
@@ -2405,42 +2405,35 @@ impl<D: Driver> RequestQueue<D> {
 
     /// Under the elevator's lock `e`, just after an insertion for `hctx`: when nothing is
     /// on `hctx`'s dispatch list and nobody runs it, claims its runner and makes the run's
-    /// first pick under the same hold. Returns the epoch read before the pick and the pick
-    /// (none when the hardware queue is halted), or `None` when the hardware queue is to be
-    /// run the ordinary way.
+    /// first pick under the same hold (none, [`Pick::Empty`], on a halted hardware queue).
+    /// Returns the epoch read before the pick and the pick, or `None` when the hardware
+    /// queue is to be run the ordinary way.
     #[inline(always)]
     fn claim_and_pick(
         &self,
         e: &mut dyn Elevator,
         cx: &ElvCx<'_>,
         hctx: usize,
-    ) -> Option<(u64, Option<Pick>)> {
-        let h = self.hctxs.get(hctx)?;
-        let claimed = h.dispatch_len.load(Ordering::SeqCst) == 0
-            && h.run
-                .compare_exchange(0, RUNNING, Ordering::SeqCst, Ordering::SeqCst)
-                .is_ok();
-        if !claimed {
+    ) -> Option<(u64, Pick)> {
+        if hctx >= self.hctxs.len() || !self.claim_unqueued(hctx) {
             return None;
         }
-        if self.halted(hctx) {
-            return Some((0, None));
-        }
         let epoch = self.host.epoch();
-        Some((epoch, Some(self.pick(e, cx, hctx))))
+        if self.halted(hctx) {
+            return Some((epoch, Pick::Empty));
+        }
+        Some((epoch, self.pick(e, cx, hctx)))
     }
 
     /// After an insertion for `hctx`, with the elevator's lock let go: the run that
     /// [`claim_and_pick`](Self::claim_and_pick) began, or an ordinary run sharing the
     /// time the insertion read, if it read one.
     #[inline(always)]
-    fn run_after_insert(&self, hctx: usize, claim: Option<(u64, Option<Pick>)>, cx: &ElvCx<'_>) {
+    fn run_after_insert(&self, hctx: usize, claim: Option<(u64, Pick)>, cx: &ElvCx<'_>) {
         match claim {
             Some((epoch, pick)) => {
-                if let Some(pick) = pick {
-                    if self.serve_pick(hctx, epoch, pick) {
-                        self.dispatch_elevator(hctx, epoch, None);
-                    }
+                if self.serve_pick(hctx, epoch, pick) {
+                    self.dispatch_elevator(hctx, epoch, None);
                 }
                 self.finish_run(hctx);
             }
@@ -2578,9 +2571,15 @@ impl<D: Driver> RequestQueue<D> {
     /// on its dispatch list, the hardware not busy, and nobody running it. The claimer
     /// checks [`halted`](Self::halted) next and ends with [`finish_run`](Self::finish_run).
     fn claim_idle(&self, hctx: usize) -> bool {
+        !self.hctxs[hctx].busy.load(Ordering::Relaxed) && self.claim_unqueued(hctx)
+    }
+
+    /// Claims `hctx`'s runner when nothing is on its dispatch list and nobody runs it or
+    /// asked for a run.
+    #[inline(always)]
+    fn claim_unqueued(&self, hctx: usize) -> bool {
         let h = &self.hctxs[hctx];
         h.dispatch_len.load(Ordering::SeqCst) == 0
-            && !h.busy.load(Ordering::Relaxed)
             && h.run
                 .compare_exchange(0, RUNNING, Ordering::SeqCst, Ordering::SeqCst)
                 .is_ok()
@@ -3322,45 +3321,22 @@ impl<D: Driver> RequestQueue<D> {
     /// Ends one request. For an `issued` one the budget goes back here, and the caller
     /// counts it out of the driver with the restart ([`Host::restart_after`]).
     fn end_one(&self, rq: Rq, status: Status, issued: bool) {
-        let tags = self.tags();
         let splits = &self.splits;
-        if !self.has_elevator.load(Ordering::Relaxed) {
-            // No elevator to tell: the driver's hook, the ending and the free share one
-            // look-up of the request.
-            let mut hctx = 0;
-            let first = |_: &Rq, request: &Request<D::Payload>, _: &RqIo| {
-                hctx = request.hctx();
-                self.driver().complete(&self.cx(hctx), request);
-            };
-            if tags
-                .complete_with(rq, status, first, |bio, status| splits.end(bio, status))
-                .is_ok()
-            {
-                self.exit();
-            }
-            if issued {
-                self.driver().put_budget(&self.cx(hctx));
-            }
-            return;
-        }
-        // The driver's hook, the elevator's, the ending and the free share one look-up.
+        let elevated = self.has_elevator.load(Ordering::Relaxed);
+        // The driver's hook, the elevator's, the ending and the free share one look-up of
+        // the request (a request not ours has nothing to tell anybody: only the budget
+        // goes back).
         let mut hctx = 0;
         let first = |rq: &Rq, request: &Request<D::Payload>, io: &RqIo| {
             hctx = request.hctx();
             self.driver().complete(&self.cx(hctx), request);
             // Flushes bypass the elevator.
-            if io.op() != Op::Flush {
-                let elv_cx = self.elv_cx();
-                if let Some(e) = self.elevator.lock().as_mut() {
-                    if issued {
-                        e.completed_request(&elv_cx, rq);
-                    }
-                    e.finish_request(&elv_cx, rq);
-                }
+            if elevated && io.op() != Op::Flush {
+                self.elevator_done(rq, issued);
             }
         };
-        // A request not ours has nothing to tell anybody: only the budget goes back.
-        if tags
+        if self
+            .tags()
             .complete_with(rq, status, first, |bio, status| splits.end(bio, status))
             .is_ok()
         {
@@ -3368,6 +3344,17 @@ impl<D: Driver> RequestQueue<D> {
         }
         if issued {
             self.driver().put_budget(&self.cx(hctx));
+        }
+    }
+
+    /// Tells the elevator that `rq` ended: `issued` ones completed on the device first.
+    fn elevator_done(&self, rq: &Rq, issued: bool) {
+        let elv_cx = self.elv_cx();
+        if let Some(e) = self.elevator.lock().as_mut() {
+            if issued {
+                e.completed_request(&elv_cx, rq);
+            }
+            e.finish_request(&elv_cx, rq);
         }
     }
 
