@@ -146,14 +146,12 @@ impl<'a> ElvCx<'a> {
     /// assert_eq!(cx.now_ns(), 5_000); // a queue passes its platform's `now_ns()`
     /// ```
     pub fn now_ns(&self) -> u64 {
-        let now = self.now_ns.get();
-        if now != ASK_BACKEND {
-            return now;
-        }
         // Read once per context: the calls of one queue run share it.
-        let now = self.backend.now_ns();
-        self.now_ns.set(now);
-        now
+        cached(&self.now_ns).unwrap_or_else(|| {
+            let now = self.backend.now_ns();
+            self.now_ns.set(now);
+            now
+        })
     }
 
     /// The platform's coarse time ([`Platform::coarse_now_ns`]): never ahead of
@@ -171,33 +169,23 @@ impl<'a> ElvCx<'a> {
     /// assert_eq!(cx.coarse_now_ns(), 5_000);
     /// ```
     pub fn coarse_now_ns(&self) -> u64 {
-        let now = self.now_ns.get();
-        if now != ASK_BACKEND {
-            return now;
-        }
-        let coarse = self.coarse_ns.get();
-        if coarse != ASK_BACKEND {
-            return coarse;
-        }
         // Read once per context, as `now_ns`.
-        let coarse = self.backend.coarse_now_ns();
-        self.coarse_ns.set(coarse);
-        coarse
+        self.stamp_read().unwrap_or_else(|| {
+            let coarse = self.backend.coarse_now_ns();
+            self.coarse_ns.set(coarse);
+            coarse
+        })
     }
 
     /// The time [`now_ns`](Self::now_ns) gave, if anything asked for it yet.
     pub(crate) fn time_read(&self) -> Option<u64> {
-        let now = self.now_ns.get();
-        (now != ASK_BACKEND).then_some(now)
+        cached(&self.now_ns)
     }
 
     /// The freshest time this context read, precise or coarse, if it read one: good for a
     /// request's start stamp, which needs only the coarse clock.
     pub(crate) fn stamp_read(&self) -> Option<u64> {
-        self.time_read().or_else(|| {
-            let coarse = self.coarse_ns.get();
-            (coarse != ASK_BACKEND).then_some(coarse)
-        })
+        self.time_read().or_else(|| cached(&self.coarse_ns))
     }
 
     /// The queue's limits.
@@ -1384,6 +1372,13 @@ fn merge_held<E: Elevator + ?Sized>(elv: &mut E, cx: &ElvCx<'_>, into: usize, fr
 
 /// `ElvCx::now_ns` reads the time from the backend (a queue's platform) when asked.
 pub(crate) const ASK_BACKEND: u64 = u64::MAX;
+
+/// The time a context's `cell` holds, unless it still says [`ASK_BACKEND`].
+#[inline]
+fn cached(cell: &Cell<u64>) -> Option<u64> {
+    let time = cell.get();
+    (time != ASK_BACKEND).then_some(time)
+}
 
 /// A scheduler tunable refused: its name and the value given (what every elevator's setters
 /// answer for a value out of range).

@@ -392,6 +392,17 @@ fn spawn(f: impl FnOnce() + Send + 'static) -> thread::JoinHandle<()> {
 /// more, which it must give up on, and the first of the held requests completes meanwhile.
 /// Right after, the new request must be on the device; at the end, every request has been
 /// through it.
+/// A model thread per sector, each submitting a bio there.
+fn submitters(world: &Arc<World>, sectors: [u64; 2]) -> Vec<thread::JoinHandle<()>> {
+    sectors
+        .into_iter()
+        .map(|sector| {
+            let world = world.clone();
+            spawn(move || world.submit(sector))
+        })
+        .collect()
+}
+
 fn give_up_vs_completion(world: World, cpu: usize, others: usize) {
     let world = Arc::new(world);
     let held = world.prefill(1 + others);
@@ -481,13 +492,7 @@ fn two_submitters_and_a_completion() {
     model(Some(3), || {
         let world = Arc::new(World::new(TagSet::builder(4), 1, Device::new(1, None)));
         let first = world.prefill(1).pop().unwrap();
-        let submitters: Vec<_> = [64, 128]
-            .into_iter()
-            .map(|sector| {
-                let world = world.clone();
-                spawn(move || world.submit(sector))
-            })
-            .collect();
+        let submitters = submitters(&world, [64, 128]);
         world.queue.end_request(first, Status::Ok);
         for s in submitters {
             s.join().unwrap();
@@ -524,14 +529,7 @@ fn elevator_two_submitters_reach_an_idle_device() {
             1,
             Device::new(2, None),
         ));
-        let submitters: Vec<_> = [0, 64]
-            .into_iter()
-            .map(|sector| {
-                let world = world.clone();
-                spawn(move || world.submit(sector))
-            })
-            .collect();
-        for s in submitters {
+        for s in submitters(&world, [0, 64]) {
             s.join().unwrap();
         }
         assert_eq!(world.host.set().platform().kicks.load(Ordering::SeqCst), 0);

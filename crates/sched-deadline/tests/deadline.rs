@@ -6,6 +6,7 @@
 //! time.
 
 use std::collections::VecDeque;
+use std::marker::PhantomData;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
@@ -1112,14 +1113,23 @@ fn a_later_requeue_goes_before_an_earlier_one() {
 
 // ----- 8. through a real request queue -----
 
-/// Holds what it is given until the test completes it.
-#[derive(Default)]
-struct Hold {
+/// Holds what it is given until the test completes it; on platform `P`.
+struct Hold<P = StdPlatform> {
     held: Mutex<Vec<Rq>>,
+    platform: PhantomData<fn() -> P>,
 }
 
-impl Driver for Hold {
-    type Platform = StdPlatform;
+impl<P> Default for Hold<P> {
+    fn default() -> Self {
+        Self {
+            held: Mutex::default(),
+            platform: PhantomData,
+        }
+    }
+}
+
+impl<P: Platform> Driver for Hold<P> {
+    type Platform = P;
     type Payload = ();
     fn init_request(&self, _: RequestInit) {}
     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
@@ -1297,22 +1307,6 @@ impl Platform for TwoClocks {
     fn kick(&self, _hctx: usize) {}
 }
 
-/// [`Hold`] on [`TwoClocks`].
-#[derive(Default)]
-struct HoldTwoClocks {
-    held: Mutex<Vec<Rq>>,
-}
-
-impl Driver for HoldTwoClocks {
-    type Platform = TwoClocks;
-    type Payload = ();
-    fn init_request(&self, _: RequestInit) {}
-    fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
-        self.held.lock().unwrap().push(rq);
-        Ok(())
-    }
-}
-
 /// Deadlines are stamped and checked on the coarse clock, as Linux counts them in
 /// jiffies. Batches of one: the first request goes by sector, and at the next batch's start
 /// the oldest read is checked. With the coarse clock short of its expiry and the precise
@@ -1325,7 +1319,7 @@ fn deadlines_follow_the_coarse_clock() {
         let host = Host::new(
             TagSet::builder(16),
             TwoClocks::default(),
-            HoldTwoClocks::default(),
+            Hold::<TwoClocks>::default(),
         )
         .unwrap();
         let dd = Deadline::with_tunables(Tunables {
