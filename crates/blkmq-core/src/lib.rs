@@ -70,6 +70,7 @@ mod split;
 mod sync;
 mod tags;
 mod tagset;
+pub mod testing;
 
 pub use bio::{Bio, BioFlags, EndIo, IoPrio, IoPrioClass, IssuerId, Op, SECTOR_SIZE, Status};
 pub use driver::{Driver, HctxCx, Rejected, RqBatch, TimeoutAction};
