@@ -57,6 +57,7 @@ mod driver;
 mod elevator;
 mod error;
 mod limits;
+mod merge;
 #[cfg(feature = "test-utils")]
 pub mod ops;
 mod platform;
@@ -64,7 +65,6 @@ mod queue;
 mod queue_map;
 mod queue_tags;
 mod request;
-mod restart;
 pub mod sched_index;
 mod split;
 mod sync;
@@ -82,12 +82,11 @@ pub use platform::StdPlatform;
 pub use platform::{NoPlatform, Platform};
 pub use queue::{
     Host, PLUG_FLUSH_BYTES, PLUG_MAX, PLUG_MAX_MULTI, Plug, QueueConfig, RESOURCE_DELAY_NS,
-    RequestQueue, TagsGuard,
+    RequestQueue, RestartSet, TagsGuard,
 };
 pub use queue_map::{QueueMap, QueueMaps, QueueType};
 pub use queue_tags::{Alloc, AllocFuture, QueueTags};
 pub use request::{NO_TAG, Request, Rq, RqIo, RqState, unique_tag, unique_tag_hwq, unique_tag_tag};
-pub use restart::RestartSet;
 pub use tags::RequestInit;
 pub use tagset::{
     BusyRq, DEFAULT_MAX_QUEUES, DEFAULT_TIMEOUT_NS, MAX_DEPTH, MAX_HW_QUEUES, MAX_SCHED_DEPTH,

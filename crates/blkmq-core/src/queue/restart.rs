@@ -40,12 +40,193 @@
 //! bit over an empty word costs the next drain a look, nothing more.
 
 use alloc::boxed::Box;
+use alloc::collections::VecDeque;
 use alloc::vec::Vec;
 use core::fmt;
 
+use crate::bio::Status;
+use crate::driver::Driver;
 use crate::error::ConfigError;
+use crate::platform::Platform;
+use crate::request::Rq;
 use crate::sync::{AtomicU64, Ordering, seqcst_pair};
+use crate::tagset::TagSetFlags;
+
+use super::host::Host;
 use crate::tagset::MAX_HW_QUEUES;
+
+use super::{EPOCH_ONE, IN_DRIVER, PENDING, RequestQueue};
+
+/// How long a dispatch that ran short with nothing in flight waits for the platform's
+/// rerun (Linux's `BLK_MQ_RESOURCE_DELAY`, 3 ms), through [`Platform::kick_after`].
+///
+/// ```
+/// assert_eq!(blkmq_core::RESOURCE_DELAY_NS, 3_000_000);
+/// ```
+pub const RESOURCE_DELAY_NS: u64 = 3_000_000;
+
+impl<D: Driver> Host<D> {
+    /// Runs every hardware queue kicked since the last call; the platform calls this after
+    /// a [`Platform::kick`]. Returns how many ran.
+    ///
+    /// ```
+    /// use blkmq_core::*;
+    /// use std::sync::atomic::{AtomicBool, Ordering};
+    ///
+    /// /// Turns down the first request ("not now"), then completes everything.
+    /// struct Busy(AtomicBool);
+    /// impl Driver for Busy {
+    ///     type Platform = StdPlatform;
+    ///     type Payload = ();
+    ///     fn init_request(&self, _: RequestInit) {}
+    ///     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    ///         if !self.0.swap(true, Ordering::Relaxed) {
+    ///             return Err(Rejected { rq, status: Status::Resource });
+    ///         }
+    ///         cx.queue().end_request(rq, Status::Ok);
+    ///         Ok(())
+    ///     }
+    /// }
+    ///
+    /// let platform = StdPlatform::new();
+    /// let host = Host::new(TagSet::builder(8), platform.clone(), Busy(AtomicBool::new(false)))
+    ///     .unwrap();
+    /// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(64))).unwrap();
+    /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    /// // Turned down with nothing in flight to complete: the queue asked for a kick.
+    /// assert_eq!(platform.take_kicks(), vec![0]);
+    /// assert_eq!(queue.usage(), 1);
+    /// assert_eq!(host.run_kicked(), 1);
+    /// assert_eq!(queue.usage(), 0);
+    /// assert_eq!(host.run_kicked(), 0);
+    /// ```
+    pub fn run_kicked(&self) -> usize {
+        let mut ran = 0;
+        self.kicked.drain(|slot| {
+            if let Some(queue) = self.queue_at(slot) {
+                queue.kicked.drain(|hctx| {
+                    queue.run_hw_queue(hctx);
+                    ran += 1;
+                });
+            }
+        });
+        ran
+    }
+
+    /// After a completion or requeue: rerun exactly the hardware queues that wait.
+    #[inline]
+    pub(super) fn restart(&self) {
+        self.restart_after(0);
+    }
+
+    /// [`restart`](Self::restart) after `out` requests left the driver, counted off in the
+    /// same locked operation that moves the epoch.
+    #[inline]
+    pub(super) fn restart_after(&self, out: u64) {
+        debug_assert!(out <= IN_DRIVER);
+        // Adding `EPOCH_ONE - out` takes `out` from the low half (which holds at least that
+        // many) and adds one to the high half.
+        self.flight
+            .fetch_add(EPOCH_ONE.wrapping_sub(out), Ordering::SeqCst);
+        seqcst_pair();
+        if self.restart.is_empty() {
+            return;
+        }
+        self.restart_slow();
+    }
+
+    #[cold]
+    fn restart_slow(&self) {
+        self.rerun_waiting(None);
+    }
+
+    /// Reruns every hardware queue waiting for a completion, but `except` (a queue slot and
+    /// a hardware queue), and clears the marks.
+    fn rerun_waiting(&self, except: Option<(usize, usize)>) {
+        self.restart.drain(|slot| {
+            if let Some(queue) = self.queue_at(slot) {
+                queue.restart.drain(|hctx| {
+                    if except != Some((slot, hctx)) {
+                        queue.rerun(hctx);
+                    }
+                });
+            }
+        });
+    }
+}
+
+impl<D: Driver> RequestQueue<D> {
+    /// Asks the platform to run `hctx` soon, from another context.
+    fn kick(&self, hctx: usize) {
+        self.kicked.mark(hctx);
+        self.host.kicked.mark(self.slot);
+        self.platform().kick(hctx);
+    }
+
+    /// Asks the platform to run `hctx` after `delay_ns`.
+    fn kick_after(&self, hctx: usize, delay_ns: u64) {
+        self.kicked.mark(hctx);
+        self.host.kicked.mark(self.slot);
+        self.platform().kick_after(hctx, delay_ns);
+    }
+
+    /// A completion found `hctx` waiting: run it here, or (blocking drivers) kick it.
+    fn rerun(&self, hctx: usize) {
+        if self.host.set.flags().contains(TagSetFlags::BLOCKING) {
+            self.kick(hctx);
+        } else {
+            self.run_hw_queue(hctx);
+        }
+    }
+
+    /// A runner gave back a budget or a driver tag without a completion: other hardware
+    /// queues waiting for one run again (not the runner itself, which is about to give up
+    /// and mark itself; marking it here would make it chase its own tail).
+    pub(super) fn budget_returned(&self, runner: usize) {
+        if !self.host.restart.is_empty() {
+            self.host.rerun_waiting(Some((self.slot, runner)));
+        }
+    }
+
+    /// The dispatch gives up: requests back, restart marked, and the completion epoch
+    /// checked so a completion that came in meanwhile is not missed.
+    pub(super) fn give_up(
+        &self,
+        hctx: usize,
+        batch: &mut VecDeque<Rq>,
+        epoch: u64,
+        status: Status,
+    ) {
+        self.give_up_for(hctx, batch, epoch, status, RESOURCE_DELAY_NS);
+    }
+
+    /// [`give_up`](Self::give_up), with the delay of the platform's rerun should nothing be
+    /// in flight.
+    pub(super) fn give_up_for(
+        &self,
+        hctx: usize,
+        batch: &mut VecDeque<Rq>,
+        epoch: u64,
+        status: Status,
+        delay_ns: u64,
+    ) {
+        self.put_back(hctx, batch);
+        let h = &self.hctxs[hctx];
+        h.busy.store(true, Ordering::Relaxed);
+        self.restart.mark(hctx);
+        self.host.restart.mark(self.slot);
+        seqcst_pair();
+        if self.host.epoch() != epoch {
+            // A completion came in after we read the epoch; it may have drained before our
+            // mark. Go round again ourselves.
+            h.run.fetch_or(PENDING, Ordering::SeqCst);
+        } else if self.host.driver_idle() {
+            // Nothing in flight can complete and restart us: have the platform run us.
+            let _ = status;
+            self.kick_after(hctx, delay_ns);
+        }
+    }
+}
 
 const BITS: usize = 64;
 

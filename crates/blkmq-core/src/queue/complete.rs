@@ -1,0 +1,172 @@
+//! Completion: requests the driver ends, and polling.
+
+use crate::bio::{Op, Status};
+use crate::driver::Driver;
+use crate::request::{Request, Rq, RqIo};
+use crate::sync::Ordering;
+
+use super::RequestQueue;
+
+impl<D: Driver> RequestQueue<D> {
+    /// Ends a request the driver took: its bios end with `status` (each piece of a split bio
+    /// counting towards its parent), its tags and budget go back, and the hardware queues
+    /// waiting for that rerun.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// static ENDED: Mutex<Vec<(u64, Status)>> = Mutex::new(Vec::new());
+    /// fn done(bio: Bio, status: Status) {
+    ///     ENDED.lock().unwrap().push((bio.sector, status));
+    /// }
+    /// queue.submit(Bio::new(Op::Write, 0, 8).end_io(done)).unwrap();
+    /// let rq = host.driver().take().pop().unwrap();
+    /// queue.end_request(rq, Status::IoErr);
+    /// assert_eq!(*ENDED.lock().unwrap(), [(0, Status::IoErr)]);
+    /// assert_eq!((host.set().busy(), queue.usage()), (0, 0));
+    /// ```
+    pub fn end_request(&self, rq: Rq, status: Status) {
+        self.end_one(rq, status, true);
+        self.host.restart_after(1);
+    }
+
+    /// Ends a batch of requests the driver took (Linux's batched completion): as
+    /// [`end_request`](Self::end_request) for each, with one restart pass at the end.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    /// queue.submit(Bio::new(Op::Read, 64, 8)).unwrap();
+    /// assert_eq!(host.in_driver(), 2);
+    /// let held = host.driver().take();
+    /// queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok)));
+    /// assert_eq!((host.in_driver(), queue.usage()), (0, 0));
+    /// ```
+    pub fn end_requests(&self, batch: impl IntoIterator<Item = (Rq, Status)>) {
+        let mut ended = 0;
+        for (rq, status) in batch {
+            self.end_one(rq, status, true);
+            ended += 1;
+        }
+        if ended != 0 {
+            self.host.restart_after(ended);
+        }
+    }
+
+    /// Ends a request that never reached the driver (an error before issue).
+    pub(super) fn end_unissued(&self, rq: Rq, status: Status) {
+        self.end_one(rq, status, false);
+        self.host.restart();
+    }
+
+    /// Ends one request. For an `issued` one the budget goes back here, and the caller
+    /// counts it out of the driver with the restart ([`Host::restart_after`]).
+    fn end_one(&self, rq: Rq, status: Status, issued: bool) {
+        let splits = &self.splits;
+        let elevated = self.has_elevator.load(Ordering::Relaxed);
+        // The driver's hook, the elevator's, the ending and the free share one look-up of
+        // the request (a request not ours has nothing to tell anybody: only the budget
+        // goes back).
+        let mut hctx = 0;
+        let first = |rq: &Rq, request: &Request<D::Payload>, io: &RqIo| {
+            hctx = request.hctx();
+            self.driver().complete(&self.cx(hctx), request);
+            // Flushes bypass the elevator.
+            if elevated && io.op() != Op::Flush {
+                self.elevator_done(rq, issued);
+            }
+        };
+        if self
+            .tags()
+            .complete_with(rq, status, first, |bio, status| splits.end(bio, status))
+            .is_ok()
+        {
+            self.exit();
+        }
+        if issued {
+            self.driver().put_budget(&self.cx(hctx));
+        }
+    }
+
+    /// Frees a request whose bios merged into another.
+    pub(super) fn free_merged(&self, rq: Rq) {
+        if self.tags().free(rq).is_ok() {
+            self.exit();
+        }
+    }
+
+    /// Polls hardware queue `hctx` for completions ([`Driver::poll`]); returns how many.
+    ///
+    /// ```
+    /// use blkmq_core::*;
+    /// use std::sync::Mutex;
+    ///
+    /// /// Completes requests only when polled.
+    /// struct Polled(Mutex<Vec<Rq>>);
+    /// impl Driver for Polled {
+    ///     type Platform = StdPlatform;
+    ///     type Payload = ();
+    ///     fn init_request(&self, _: RequestInit) {}
+    ///     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    ///         self.0.lock().unwrap().push(rq);
+    ///         Ok(())
+    ///     }
+    ///     fn poll(&self, cx: &HctxCx<'_, Self>) -> usize {
+    ///         let done: Vec<Rq> = self.0.lock().unwrap().drain(..).collect();
+    ///         let n = done.len();
+    ///         cx.queue().end_requests(done.into_iter().map(|rq| (rq, Status::Ok)));
+    ///         n
+    ///     }
+    /// }
+    ///
+    /// let driver = Polled(Mutex::new(Vec::new()));
+    /// let host = Host::new(TagSet::builder(8), StdPlatform::new(), driver).unwrap();
+    /// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    /// queue.submit(Bio::new(Op::Read, 64, 8)).unwrap();
+    /// assert_eq!(queue.poll(0), 2);
+    /// assert_eq!(queue.poll(0), 0);
+    /// assert_eq!(queue.poll(3), 0); // no such hardware queue
+    /// ```
+    pub fn poll(&self, hctx: usize) -> usize {
+        if hctx >= self.hctxs.len() {
+            return 0;
+        }
+        self.driver().poll(&self.cx(hctx))
+    }
+}

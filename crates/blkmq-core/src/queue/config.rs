@@ -1,0 +1,179 @@
+//! How a request queue is made: its limits, elevator, scheduler tags and maps.
+
+use alloc::boxed::Box;
+use core::fmt;
+
+use crate::elevator::Elevator;
+use crate::limits::QueueLimits;
+use crate::queue_map::QueueMaps;
+
+/// How to make a [`RequestQueue`].
+///
+/// ```
+/// use blkmq_core::{QueueConfig, QueueLimits};
+/// let config = QueueConfig::new(QueueLimits::new(1 << 20)).nr_requests(64);
+/// assert_eq!(config.nr_requests, Some(64));
+/// assert!(config.elevator.is_none());
+/// ```
+pub struct QueueConfig {
+    /// The device's limits.
+    pub limits: QueueLimits,
+    /// The I/O scheduler, if any (requests then come from scheduler tags).
+    pub elevator: Option<Box<dyn Elevator>>,
+    /// Scheduler tags (default 2 x the queue depth, at most 128 x 2).
+    pub nr_requests: Option<usize>,
+    /// The CPU -> hardware queue maps (default: the driver's, else an even spread).
+    pub maps: Option<QueueMaps>,
+}
+
+impl QueueConfig {
+    /// A queue with `limits`, no elevator, default maps.
+    ///
+    /// ```
+    /// use blkmq_core::{QueueConfig, QueueLimits};
+    /// let config = QueueConfig::new(QueueLimits::new(64));
+    /// assert_eq!(config.limits.capacity, 64);
+    /// assert!(config.elevator.is_none() && config.nr_requests.is_none() && config.maps.is_none());
+    /// ```
+    pub fn new(limits: QueueLimits) -> Self {
+        Self {
+            limits,
+            elevator: None,
+            nr_requests: None,
+            maps: None,
+        }
+    }
+
+    /// With an elevator.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # struct Null;
+    /// # impl Driver for Null {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # use std::collections::VecDeque;
+    /// # /// First in, first out.
+    /// # #[derive(Default)]
+    /// # struct Fifo(VecDeque<Rq>);
+    /// # impl Elevator for Fifo {
+    /// #     fn name(&self) -> &'static str { "fifo" }
+    /// #     fn insert_requests(&mut self, _: &ElvCx, rqs: &mut dyn Iterator<Item = Rq>, _: bool) {
+    /// #         self.0.extend(rqs);
+    /// #     }
+    /// #     fn dispatch_request(&mut self, _: &ElvCx<'_>, _: usize) -> Option<Rq> {
+    /// #         self.0.pop_front()
+    /// #     }
+    /// #     fn has_work(&self, _: usize) -> bool { !self.0.is_empty() }
+    /// # }
+    /// let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null).unwrap();
+    /// let config = QueueConfig::new(QueueLimits::new(64)).elevator(Box::new(Fifo::default()));
+    /// let queue = host.add_queue(config).unwrap();
+    /// assert_eq!(queue.elevator_name(), Some("fifo"));
+    /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap(); // through the elevator to `Null`
+    /// assert_eq!(queue.usage(), 0);
+    /// ```
+    pub fn elevator(mut self, elevator: Box<dyn Elevator>) -> Self {
+        self.elevator = Some(elevator);
+        self
+    }
+
+    /// With `nr` scheduler tags (used only with an [`elevator`](Self::elevator)).
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # struct Null;
+    /// # impl Driver for Null {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # use std::collections::VecDeque;
+    /// # /// First in, first out.
+    /// # #[derive(Default)]
+    /// # struct Fifo(VecDeque<Rq>);
+    /// # impl Elevator for Fifo {
+    /// #     fn name(&self) -> &'static str { "fifo" }
+    /// #     fn insert_requests(&mut self, _: &ElvCx, rqs: &mut dyn Iterator<Item = Rq>, _: bool) {
+    /// #         self.0.extend(rqs);
+    /// #     }
+    /// #     fn dispatch_request(&mut self, _: &ElvCx<'_>, _: usize) -> Option<Rq> {
+    /// #         self.0.pop_front()
+    /// #     }
+    /// #     fn has_work(&self, _: usize) -> bool { !self.0.is_empty() }
+    /// # }
+    /// let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null).unwrap();
+    /// let config = QueueConfig::new(QueueLimits::new(64)).nr_requests(16);
+    /// let plain = host.add_queue(config).unwrap();
+    /// assert_eq!(plain.queue_tags().nr_requests(), None); // no elevator: no scheduler tags
+    /// let config = QueueConfig::new(QueueLimits::new(64)).elevator(Box::new(Fifo::default()));
+    /// let queue = host.add_queue(config.nr_requests(16)).unwrap();
+    /// assert_eq!(queue.queue_tags().nr_requests(), Some(16));
+    /// ```
+    pub fn nr_requests(mut self, nr: usize) -> Self {
+        self.nr_requests = Some(nr);
+        self
+    }
+
+    /// With these queue maps.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// // Two CPUs; reads go to hardware queue 1, everything else to 0.
+    /// let maps = QueueMaps::new(
+    ///     QueueMap::spread(2, 1, 0).unwrap(),
+    ///     Some(QueueMap::spread(2, 1, 1).unwrap()),
+    ///     None,
+    /// )
+    /// .unwrap();
+    /// let tags = TagSet::builder(8).hw_queues(2);
+    /// let host = Host::new(tags, StdPlatform::with_cpus(2), Hold::new()).unwrap();
+    /// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(64)).maps(maps)).unwrap();
+    /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    /// queue.submit(Bio::new(Op::Write, 32, 8)).unwrap();
+    /// let held = host.driver().take();
+    /// let hctxs: Vec<usize> = held.iter().map(|rq| queue.request(rq).unwrap().hctx()).collect();
+    /// assert_eq!(hctxs, [1, 0]);
+    /// queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok)));
+    /// ```
+    pub fn maps(mut self, maps: QueueMaps) -> Self {
+        self.maps = Some(maps);
+        self
+    }
+}
+
+impl fmt::Debug for QueueConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("QueueConfig")
+            .field("limits", &self.limits)
+            .field("elevator", &self.elevator.as_ref().map(|e| e.name()))
+            .field("nr_requests", &self.nr_requests)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,282 @@
+//! The host: the driver, its tag set, and what its request queues share.
+
+use alloc::sync::{Arc, Weak};
+use alloc::vec::Vec;
+use core::fmt;
+
+use crossbeam_utils::CachePadded;
+
+use crate::driver::Driver;
+use crate::error::ConfigError;
+use crate::sync::{AtomicU64, AtomicUsize, Ordering};
+use crate::tagset::{TagSet, TagSetBuilder};
+
+use super::config::QueueConfig;
+use super::restart::RestartSet;
+
+use super::{EPOCH_SHIFT, IN_DRIVER, Lock, RequestQueue};
+
+/// A host: the driver, its tag set and what its request queues share (restart, quiesce).
+///
+/// ```
+/// use blkmq_core::*;
+///
+/// struct Null;
+/// impl Driver for Null {
+///     type Platform = StdPlatform;
+///     type Payload = ();
+///     fn init_request(&self, _: RequestInit) {}
+///     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+///         cx.queue().end_request(rq, Status::Ok);
+///         Ok(())
+///     }
+/// }
+///
+/// fn done(bio: Bio, status: Status) {
+///     assert_eq!((bio.sector, status), (8, Status::Ok));
+/// }
+///
+/// let host = Host::new(TagSet::builder(32).hw_queues(2), StdPlatform::new(), Null).unwrap();
+/// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1 << 20))).unwrap();
+/// queue.submit(Bio::new(Op::Read, 8, 8).end_io(done)).unwrap();
+/// assert_eq!(host.set().busy(), 0);
+/// ```
+pub struct Host<D: Driver> {
+    pub(super) driver: D,
+    pub(super) set: Arc<TagSet<D::Payload, D::Platform>>,
+    pub(super) queues: Lock<D, Vec<Option<Weak<RequestQueue<D>>>>>,
+    /// Queue slots with a hardware queue waiting for a completion.
+    pub(super) restart: RestartSet,
+    /// Queue slots with a hardware queue kicked (to run from [`Host::run_kicked`]).
+    pub(super) kicked: RestartSet,
+    /// Completions (and requeues) so far, the epoch a dispatcher giving up compares, in the
+    /// high half; requests the driver holds (issued, not yet ended or requeued) in the low
+    /// half. One word, so a completion leaves the driver and moves the epoch with one
+    /// locked operation (a batch of them with one).
+    pub(super) flight: CachePadded<AtomicU64>,
+    /// Read on every dispatch: kept off the lines the counters above bounce.
+    pub(super) quiesced: CachePadded<AtomicUsize>,
+}
+
+impl<D: Driver> Host<D> {
+    /// A host of `driver` with the tag set `tags` describes, each request's payload made by
+    /// [`Driver::init_request`].
+    ///
+    /// # Errors
+    /// Whatever [`TagSetBuilder::build`] refuses.
+    ///
+    /// ```
+    /// use blkmq_core::*;
+    ///
+    /// /// Numbers each request's payload by its tag.
+    /// struct Numbered;
+    /// impl Driver for Numbered {
+    ///     type Platform = StdPlatform;
+    ///     type Payload = usize;
+    ///     fn init_request(&self, init: RequestInit) -> usize {
+    ///         init.tag
+    ///     }
+    ///     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    ///         assert_eq!(*cx.request(&rq).unwrap().payload(), rq.tag() as usize);
+    ///         cx.queue().end_request(rq, Status::Ok);
+    ///         Ok(())
+    ///     }
+    /// }
+    ///
+    /// let host = Host::new(TagSet::builder(16), StdPlatform::new(), Numbered).unwrap();
+    /// assert_eq!(host.set().depth(), 16);
+    /// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(64))).unwrap();
+    /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    /// let zero = Host::new(TagSet::builder(0), StdPlatform::new(), Numbered);
+    /// assert_eq!(zero.unwrap_err(), ConfigError::ZeroDepth);
+    /// ```
+    pub fn new(
+        tags: TagSetBuilder,
+        platform: D::Platform,
+        driver: D,
+    ) -> Result<Arc<Self>, ConfigError> {
+        let set = tags.build(platform, |init| driver.init_request(init))?;
+        let slots = set.max_queues();
+        Ok(Arc::new(Self {
+            driver,
+            queues: lock_api::Mutex::new((0..slots).map(|_| None).collect()),
+            restart: RestartSet::new(slots)?,
+            kicked: RestartSet::new(slots)?,
+            set,
+            flight: CachePadded::new(AtomicU64::new(0)),
+            quiesced: CachePadded::new(AtomicUsize::new(0)),
+        }))
+    }
+
+    /// The driver.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(64))).unwrap();
+    /// queue.submit(Bio::new(Op::Write, 0, 8)).unwrap();
+    /// let held = host.driver().take(); // what `Hold` was given
+    /// assert_eq!(held.len(), 1);
+    /// queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok)));
+    /// ```
+    pub fn driver(&self) -> &D {
+        &self.driver
+    }
+
+    /// The tag set.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// let tags = TagSet::builder(8).hw_queues(2);
+    /// let host = Host::new(tags, StdPlatform::new(), Hold::new()).unwrap();
+    /// assert_eq!((host.set().depth(), host.set().nr_hw_queues()), (8, 2));
+    /// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(64))).unwrap();
+    /// queue.submit(Bio::new(Op::Write, 0, 8)).unwrap();
+    /// assert_eq!(host.set().busy(), 1); // a driver tag, until the request ends
+    /// queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)));
+    /// assert_eq!(host.set().busy(), 0);
+    /// ```
+    pub fn set(&self) -> &Arc<TagSet<D::Payload, D::Platform>> {
+        &self.set
+    }
+
+    /// Requests the driver holds now, over every queue.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// let a = host.add_queue(QueueConfig::new(QueueLimits::new(64))).unwrap();
+    /// let b = host.add_queue(QueueConfig::new(QueueLimits::new(64))).unwrap();
+    /// a.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    /// b.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    /// assert_eq!(host.in_driver(), 2);
+    /// let held = host.driver().take();
+    /// a.end_request(held.into_iter().next().unwrap(), Status::Ok); // the first came from `a`
+    /// assert_eq!(host.in_driver(), 1);
+    /// # b.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)));
+    /// ```
+    pub fn in_driver(&self) -> usize {
+        (self.flight.load(Ordering::Relaxed) & IN_DRIVER) as usize
+    }
+
+    /// The completion epoch (see `flight`).
+    #[inline]
+    pub(super) fn epoch(&self) -> u64 {
+        self.flight.load(Ordering::SeqCst) >> EPOCH_SHIFT
+    }
+
+    /// Whether the driver holds nothing.
+    pub(super) fn driver_idle(&self) -> bool {
+        self.flight.load(Ordering::SeqCst) & IN_DRIVER == 0
+    }
+
+    /// A request queue (a LUN, a namespace) on this host.
+    ///
+    /// # Errors
+    /// Bad limits ([`ConfigError::BadLimits`]), an elevator on a `NO_SCHED` set, bad queue
+    /// maps, scheduler tags the set refuses, or [`ConfigError::QueueBusy`] when the tag set
+    /// takes no further queue (its `max_queues`).
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # struct Null;
+    /// # impl Driver for Null {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// let set = TagSet::builder(8).max_queues(1);
+    /// let host = Host::new(set, StdPlatform::new(), Null).unwrap();
+    /// let limits = QueueLimits::new(64);
+    /// let queue = host.add_queue(QueueConfig::new(limits)).unwrap();
+    /// let err = host.add_queue(QueueConfig::new(limits)).unwrap_err();
+    /// assert_eq!(err, ConfigError::QueueBusy); // the set takes one queue
+    /// drop(queue);
+    /// assert!(host.add_queue(QueueConfig::new(limits)).is_ok());
+    /// let bad = QueueLimits { max_segments: 0, ..limits };
+    /// let err = host.add_queue(QueueConfig::new(bad)).unwrap_err();
+    /// assert_eq!(err, ConfigError::BadLimits { what: "max_segments" });
+    /// ```
+    pub fn add_queue(
+        self: &Arc<Self>,
+        config: QueueConfig,
+    ) -> Result<Arc<RequestQueue<D>>, ConfigError> {
+        RequestQueue::new(self, config)
+    }
+
+    /// The live queue in `slot`.
+    pub(super) fn queue_at(&self, slot: usize) -> Option<Arc<RequestQueue<D>>> {
+        self.queues.lock().get(slot)?.as_ref()?.upgrade()
+    }
+
+    /// Calls `f` with each live queue, the registry unlocked.
+    pub(super) fn for_each_queue(&self, mut f: impl FnMut(&RequestQueue<D>)) {
+        let slots = self.queues.lock().len();
+        for slot in 0..slots {
+            if let Some(queue) = self.queue_at(slot) {
+                f(&queue);
+            }
+        }
+    }
+}
+
+impl<D: Driver> fmt::Debug for Host<D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Host")
+            .field("in_driver", &self.in_driver())
+            .field("quiesced", &self.is_quiesced())
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,612 @@
+//! Hosts and request queues: software and hardware contexts, submission, plugging,
+//! merging, dispatch, restart, completion, requeue, quiesce, freeze and timeouts.
+//!
+//! # Restart
+//!
+//! A hardware queue that gives up dispatching (the driver said [`Status::Resource`], the
+//! budget or the driver tags ran out) keeps its requests at the head of its dispatch list
+//! and marks itself in its queue's [`RestartSet`], and the queue in its host's. Every
+//! completion bumps the host's completion epoch and then drains the host's set, rerunning
+//! exactly the hardware queues marked — nothing when none are, in one load. The dispatcher
+//! reads the epoch before it issues and again after it marks: if a completion came in
+//! between (it may have drained before the mark), the dispatcher runs again itself. Every
+//! access of that pair is `SeqCst`, so one side always sees the other (Dekker's pattern);
+//! `tests/loom.rs` checks every interleaving of insert, give-up and completion.
+//!
+//! # Runs
+//!
+//! One thread at a time dispatches a hardware queue. [`RequestQueue::run_hw_queue`] marks
+//! the queue pending; whoever finds it not running becomes its runner and dispatches until
+//! no run was asked for since it last looked, so a run asked for while another is under
+//! way is never lost and never waits.
+
+use alloc::boxed::Box;
+use alloc::collections::VecDeque;
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use core::cell::UnsafeCell;
+use core::fmt;
+
+use crate::bio::{Bio, Status};
+use crate::driver::{Driver, HctxCx};
+use crate::elevator::{Elevator, ElvCx};
+use crate::error::ConfigError;
+use crate::limits::QueueLimits;
+use crate::platform::Platform;
+use crate::queue_map::{QueueMaps, QueueType};
+use crate::queue_tags::QueueTags;
+use crate::request::{Request, Rq, RqIo, RqState};
+use crate::split::SplitPool;
+use crate::sync::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+mod complete;
+mod config;
+mod deactivate;
+mod dispatch;
+mod host;
+mod plug;
+mod quiesce;
+mod requeue;
+mod restart;
+mod runtime;
+mod sched;
+mod submit;
+mod timeout;
+mod usage;
+
+pub use config::QueueConfig;
+pub use host::Host;
+pub use plug::{PLUG_FLUSH_BYTES, PLUG_MAX, PLUG_MAX_MULTI, Plug};
+pub use restart::{RESOURCE_DELAY_NS, RestartSet};
+pub use usage::TagsGuard;
+
+type Raw<D> = <<D as Driver>::Platform as Platform>::RawMutex;
+type Lock<D, X> = lock_api::Mutex<Raw<D>, X>;
+
+/// The hardware queue is being dispatched.
+const RUNNING: u32 = 1;
+/// A run was asked for since the runner last looked.
+const PENDING: u32 = 2;
+
+/// Where the completion epoch starts in [`Host`]'s `flight` word.
+const EPOCH_SHIFT: u32 = 32;
+
+/// One completion, in the `flight` word.
+const EPOCH_ONE: u64 = 1 << EPOCH_SHIFT;
+
+/// The `flight` word's count of requests in the driver (far above any tag space).
+const IN_DRIVER: u64 = EPOCH_ONE - 1;
+
+/// A hardware context.
+struct HwCtx<D: Driver> {
+    run: AtomicU32,
+    /// Stopped by the driver ([`RequestQueue::stop_hw_queue`]).
+    stopped: AtomicBool,
+    /// Its CPUs are gone: no new requests are made for it.
+    inactive: AtomicBool,
+    /// Requests to issue before anything else (given back, requeued, flushes).
+    dispatch: Lock<D, VecDeque<Rq>>,
+    dispatch_len: AtomicUsize,
+    /// The software contexts mapped here (indices into the queue's), and which have work.
+    ctxs: Box<[usize]>,
+    pending: Box<[AtomicU64]>,
+    /// Where a one-at-a-time pass starts next.
+    next_ctx: AtomicUsize,
+    /// The driver gave up recently: take one request at a time, round robin.
+    busy: AtomicBool,
+    /// The runner's batch.
+    scratch: Lock<D, VecDeque<Rq>>,
+}
+
+/// A software context: one CPU's requests of one queue type.
+struct SwCtx<D: Driver> {
+    list: Lock<D, VecDeque<Rq>>,
+    hctx: usize,
+    /// Its bit in the hardware context's `pending`.
+    pos: usize,
+}
+
+/// A request queue: one block device (LUN, namespace) on a [`Host`].
+///
+/// Bios go in through [`submit`](Self::submit) (or a [`Plug`]); the queue checks and splits
+/// them to its [`QueueLimits`], merges them, allocates requests, and issues them to the
+/// driver from per-CPU software queues or an [`Elevator`] through per-hardware-queue
+/// dispatch. The driver ends them with [`end_request`](Self::end_request).
+///
+/// ```
+/// use blkmq_core::*;
+/// use std::sync::Mutex;
+///
+/// /// Holds what it is given until told to complete it.
+/// struct Hold(Mutex<Vec<Rq>>);
+/// impl Driver for Hold {
+///     type Platform = StdPlatform;
+///     type Payload = ();
+///     fn init_request(&self, _: RequestInit) {}
+///     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+///         self.0.lock().unwrap().push(rq);
+///         Ok(())
+///     }
+/// }
+///
+/// let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold(Mutex::new(Vec::new())))
+///     .unwrap();
+/// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+/// queue.submit(Bio::new(Op::Write, 0, 8)).unwrap();
+/// queue.submit(Bio::new(Op::Read, 2048, 8)).unwrap(); // past the end: fails at once
+/// let held: Vec<Rq> = host.driver().0.lock().unwrap().drain(..).collect();
+/// assert_eq!(held.len(), 1);
+/// for rq in held {
+///     queue.end_request(rq, Status::Ok);
+/// }
+/// assert_eq!(host.set().busy(), 0);
+/// ```
+pub struct RequestQueue<D: Driver> {
+    host: Arc<Host<D>>,
+    slot: usize,
+    limits: QueueLimits,
+    maps: QueueMaps,
+    hctxs: Box<[HwCtx<D>]>,
+    ctxs: Box<[SwCtx<D>]>,
+    /// Changed only frozen (no usage) and quiesced (no runner): see [`Self::tags`].
+    tags: UnsafeCell<QueueTags<D::Payload, D::Platform>>,
+    elevator: Lock<D, Option<Box<dyn Elevator>>>,
+    has_elevator: AtomicBool,
+    restart: RestartSet,
+    kicked: RestartSet,
+    /// Holders (requests, submitters, timeout checks) and the frozen flag.
+    usage: AtomicUsize,
+    /// Freeze depth; changing it and the frozen flag together.
+    freeze_depth: Lock<D, usize>,
+    /// Held across run-time changes (elevator, `nr_requests`).
+    change: Lock<D, ()>,
+    /// Set while the tags are being replaced: readers that may run frozen back off.
+    switching: AtomicBool,
+
+    quiesced: AtomicUsize,
+    requeue: Lock<D, VecDeque<Rq>>,
+    splits: SplitPool<Raw<D>>,
+    timeouts: AtomicU64,
+}
+
+// SAFETY: the `UnsafeCell` around the tags is written only while no other thread can reach
+// them (see `tags`); everything else is `Sync` on its own.
+unsafe impl<D: Driver> Sync for RequestQueue<D> where QueueTags<D::Payload, D::Platform>: Sync {}
+
+impl<D: Driver> RequestQueue<D> {
+    fn new(host: &Arc<Host<D>>, config: QueueConfig) -> Result<Arc<Self>, ConfigError> {
+        config.limits.validate()?;
+        let set = &host.set;
+        let nr_hw = set.nr_hw_queues();
+        let nr_cpus = set.nr_cpus();
+        let maps = match config.maps {
+            Some(maps) => maps,
+            None => match host.driver.map_queues(nr_cpus, nr_hw) {
+                Some(maps) => maps,
+                None => QueueMaps::spread(nr_cpus, nr_hw)?,
+            },
+        };
+        if maps.nr_hw_queues() > nr_hw
+            || QueueType::ALL
+                .iter()
+                .filter_map(|k| maps.map(*k))
+                .any(|m| m.nr_cpus() != nr_cpus)
+        {
+            return Err(ConfigError::BadQueueMap {
+                cpu: 0,
+                hctx: maps.nr_hw_queues(),
+            });
+        }
+        let mut tags = set.attach().map_err(|_| ConfigError::QueueBusy)?;
+        if let Some(elevator) = &config.elevator {
+            tags.attach_scheduler(config.nr_requests, |init| host.driver.init_request(init))?;
+            if let Some(depth) = elevator.min_shallow_depth() {
+                tags.set_min_shallow_depth(depth)?;
+            }
+        }
+        let capacity = set.depth() + tags.nr_requests().unwrap_or(0);
+        // Software contexts, (cpu, type) in order, each mapped to its hardware queue.
+        let mut ctx_hctx = Vec::new();
+        for cpu in 0..nr_cpus {
+            for kind in QueueType::ALL {
+                ctx_hctx.push(maps.map(kind).map(|m| m.hctx(cpu)));
+            }
+        }
+        let mut per_hctx: Vec<Vec<usize>> = (0..nr_hw).map(|_| Vec::new()).collect();
+        let mut ctxs = Vec::with_capacity(ctx_hctx.len());
+        for (index, hctx) in ctx_hctx.iter().enumerate() {
+            let (hctx, pos, cap) = match *hctx {
+                Some(h) => {
+                    per_hctx[h].push(index);
+                    (h, per_hctx[h].len() - 1, capacity)
+                }
+                None => (0, usize::MAX, 0),
+            };
+            ctxs.push(SwCtx {
+                list: lock_api::Mutex::new(VecDeque::with_capacity(cap)),
+                hctx,
+                pos,
+            });
+        }
+        let hctxs = per_hctx
+            .into_iter()
+            .map(|ctxs| HwCtx {
+                run: AtomicU32::new(0),
+                stopped: AtomicBool::new(false),
+                inactive: AtomicBool::new(false),
+                dispatch: lock_api::Mutex::new(VecDeque::with_capacity(capacity)),
+                dispatch_len: AtomicUsize::new(0),
+                pending: (0..ctxs.len().div_ceil(64))
+                    .map(|_| AtomicU64::new(0))
+                    .collect(),
+                ctxs: ctxs.into_boxed_slice(),
+                next_ctx: AtomicUsize::new(0),
+                busy: AtomicBool::new(false),
+                scratch: lock_api::Mutex::new(VecDeque::with_capacity(capacity)),
+            })
+            .collect();
+        let mut slots = host.queues.lock();
+        let slot = slots
+            .iter()
+            .position(Option::is_none)
+            .ok_or(ConfigError::QueueBusy)?;
+        let mut elevator = config.elevator;
+        let nr_keys = tags.nr_keys();
+        if let (Some(e), Some(nr)) = (elevator.as_mut(), tags.nr_requests()) {
+            e.depth_updated(nr, nr_keys);
+        }
+        let queue = Arc::new(Self {
+            host: host.clone(),
+            slot,
+            limits: config.limits,
+            maps,
+            hctxs,
+            ctxs: ctxs.into_boxed_slice(),
+            has_elevator: AtomicBool::new(elevator.is_some()),
+            elevator: lock_api::Mutex::new(elevator),
+            tags: UnsafeCell::new(tags),
+            restart: RestartSet::new(nr_hw)?,
+            kicked: RestartSet::new(nr_hw)?,
+            usage: AtomicUsize::new(0),
+            freeze_depth: lock_api::Mutex::new(0),
+            change: lock_api::Mutex::new(()),
+            switching: AtomicBool::new(false),
+            quiesced: AtomicUsize::new(0),
+            requeue: lock_api::Mutex::new(VecDeque::with_capacity(capacity)),
+            splits: SplitPool::new(2 * capacity),
+            timeouts: AtomicU64::new(0),
+        });
+        slots[slot] = Some(Arc::downgrade(&queue));
+        Ok(queue)
+    }
+
+    /// The tags.
+    #[inline(always)]
+    fn tags(&self) -> &QueueTags<D::Payload, D::Platform> {
+        // SAFETY: the tags are replaced (`switch_elevator`) only while the queue is frozen
+        // with no usage left, so no request, submitter or timeout check is inside, and
+        // quiesced with no runner, so no dispatch is; every path here reaches the tags
+        // holding a usage count or as a runner of an unquiesced queue.
+        unsafe { &*self.tags.get() }
+    }
+
+    /// The host.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # struct Null;
+    /// # impl Driver for Null {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// assert!(std::sync::Arc::ptr_eq(queue.host(), &host));
+    /// ```
+    pub fn host(&self) -> &Arc<Host<D>> {
+        &self.host
+    }
+
+    /// The driver.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// queue.submit(Bio::new(Op::Write, 0, 8)).unwrap();
+    /// let held = queue.driver().take(); // what `Hold` was given
+    /// assert_eq!(held.len(), 1);
+    /// queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok)));
+    /// ```
+    pub fn driver(&self) -> &D {
+        &self.host.driver
+    }
+
+    /// The platform.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # struct Null;
+    /// # impl Driver for Null {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// let host = Host::new(TagSet::builder(8), StdPlatform::with_cpus(3), Null).unwrap();
+    /// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(64))).unwrap();
+    /// assert_eq!(queue.platform().nr_cpus(), 3);
+    /// ```
+    pub fn platform(&self) -> &D::Platform {
+        self.host.set.platform()
+    }
+
+    /// The queue's limits.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # struct Null;
+    /// # impl Driver for Null {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null).unwrap();
+    /// let limits = QueueLimits { max_sectors: 64, ..QueueLimits::new(1024) };
+    /// let queue = host.add_queue(QueueConfig::new(limits)).unwrap();
+    /// assert_eq!((queue.limits().capacity, queue.limits().max_sectors), (1024, 64));
+    /// ```
+    pub fn limits(&self) -> &QueueLimits {
+        &self.limits
+    }
+
+    /// The queue's maps.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # struct Null;
+    /// # impl Driver for Null {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// let tags = TagSet::builder(8).hw_queues(2);
+    /// let host = Host::new(tags, StdPlatform::with_cpus(4), Null).unwrap();
+    /// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(64))).unwrap();
+    /// // No maps given, none from the driver: an even spread.
+    /// assert_eq!(queue.maps(), &QueueMaps::spread(4, 2).unwrap());
+    /// ```
+    pub fn maps(&self) -> &QueueMaps {
+        &self.maps
+    }
+
+    /// Its hardware queues.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # struct Null;
+    /// # impl Driver for Null {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// let tags = TagSet::builder(8).hw_queues(3);
+    /// let host = Host::new(tags, StdPlatform::new(), Null).unwrap();
+    /// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(64))).unwrap();
+    /// assert_eq!(queue.nr_hw_queues(), 3);
+    /// ```
+    pub fn nr_hw_queues(&self) -> usize {
+        self.hctxs.len()
+    }
+
+    /// The shared side of one of this queue's requests.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// let other = host.add_queue(QueueConfig::new(QueueLimits::new(64))).unwrap();
+    /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    /// let rq = host.driver().take().pop().unwrap();
+    /// let request = queue.request(&rq).unwrap();
+    /// assert_eq!((request.state(), request.tag()), (RqState::InFlight, rq.tag()));
+    /// assert!(other.request(&rq).is_none()); // not a request of `other`
+    /// queue.end_request(rq, Status::Ok);
+    /// ```
+    pub fn request(&self, rq: &Rq) -> Option<&Request<D::Payload>> {
+        self.tags().request(rq).ok()
+    }
+
+    /// The I/O of one of this queue's requests.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// queue.submit(Bio::new(Op::Write, 16, 8)).unwrap();
+    /// let rq = host.driver().take().pop().unwrap();
+    /// let io = queue.io(&rq).unwrap();
+    /// assert_eq!((io.op(), io.sector(), io.sectors(), io.nr_bios()), (Op::Write, 16, 8, 1));
+    /// queue.end_request(rq, Status::Ok);
+    /// ```
+    pub fn io<'a>(&'a self, rq: &'a Rq) -> Option<&'a RqIo> {
+        self.tags().io(rq).ok()
+    }
+
+    /// Calls `f` with every bio of a request, in order.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// let mut plug = Plug::new();
+    /// queue.submit_plugged(&mut plug, Bio::new(Op::Read, 8, 8)).unwrap();
+    /// queue.submit_plugged(&mut plug, Bio::new(Op::Read, 0, 8)).unwrap(); // merges in front
+    /// plug.flush();
+    /// let rq = host.driver().take().pop().unwrap();
+    /// let mut starts = Vec::new();
+    /// queue.for_each_bio(&rq, |bio| starts.push(bio.sector));
+    /// assert_eq!(starts, [0, 8]);
+    /// queue.end_request(rq, Status::Ok);
+    /// ```
+    pub fn for_each_bio(&self, rq: &Rq, f: impl FnMut(&Bio)) {
+        let _ = self.tags().for_each_bio(rq, f);
+    }
+
+    fn cx(&self, hctx: usize) -> HctxCx<'_, D> {
+        HctxCx { queue: self, hctx }
+    }
+}
+
+impl<D: Driver> Drop for RequestQueue<D> {
+    fn drop(&mut self) {
+        // Whatever is still queued here ends with an error; then split parents still
+        // waiting for pieces the driver holds.
+        let mut orphans: Vec<Rq> = Vec::new();
+        orphans.extend(self.requeue.get_mut().drain(..));
+        for h in self.hctxs.iter_mut() {
+            orphans.extend(h.dispatch.get_mut().drain(..));
+            orphans.extend(h.scratch.get_mut().drain(..));
+        }
+        for ctx in self.ctxs.iter_mut() {
+            orphans.extend(ctx.list.get_mut().drain(..));
+        }
+        if let Some(mut e) = self.elevator.get_mut().take() {
+            let cx = ElvCx::with_backend(&*self, &self.limits, 0);
+            for hctx in 0..self.hctxs.len() {
+                while let Some(rq) = e.dispatch_request(&cx, hctx) {
+                    orphans.push(rq);
+                }
+            }
+        }
+        for rq in orphans {
+            let splits = &self.splits;
+            let _ = self.tags().complete_with(
+                rq,
+                Status::IoErr,
+                |_, _, _| {},
+                |bio, status| {
+                    splits.end(bio, status);
+                },
+            );
+        }
+        self.splits.fail_all(Status::IoErr);
+        // What the driver still holds will never end through this queue.
+        if !self.host.driver_idle() {
+            let mut held = 0;
+            self.tags().for_each_busy(None, |busy| {
+                held += u64::from(busy.request.state() == RqState::InFlight);
+                true
+            });
+            self.host.flight.fetch_sub(held, Ordering::SeqCst);
+        }
+        if let Some(slot) = self.host.queues.lock().get_mut(self.slot) {
+            *slot = None;
+        }
+    }
+}
+
+impl<D: Driver> fmt::Debug for RequestQueue<D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RequestQueue")
+            .field("slot", &self.slot)
+            .field("nr_hw_queues", &self.hctxs.len())
+            .field("usage", &self.usage())
+            .field("elevator", &self.elevator_name())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Spins briefly (yields the thread under `std`).
+fn wait_a_little() {
+    #[cfg(all(feature = "std", not(loom)))]
+    std::thread::yield_now();
+    #[cfg(loom)]
+    loom::thread::yield_now();
+    #[cfg(not(any(feature = "std", loom)))]
+    core::hint::spin_loop();
+}

@@ -1,0 +1,536 @@
+//! Plugging: a submitter's batch of requests, and how a flushed plug is issued.
+
+use alloc::collections::VecDeque;
+use alloc::vec::Vec;
+use core::fmt;
+
+use crate::bio::{Bio, Op, Status};
+use crate::driver::{Driver, Rejected, RqBatch};
+use crate::platform::Platform;
+use crate::queue_map::QueueType;
+use crate::request::Rq;
+use crate::sync::Ordering;
+use crate::tagset::TagSetFlags;
+
+use super::RequestQueue;
+
+/// A [`Plug`] holding this many requests flushes before it takes another.
+///
+/// ```
+/// # use blkmq_core::*;
+/// # struct Null;
+/// # impl Driver for Null {
+/// #     type Platform = StdPlatform;
+/// #     type Payload = ();
+/// #     fn init_request(&self, _: RequestInit) {}
+/// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+/// #         cx.queue().end_request(rq, Status::Ok);
+/// #         Ok(())
+/// #     }
+/// # }
+/// let host = Host::new(TagSet::builder(64), StdPlatform::new(), Null).unwrap();
+/// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1 << 20))).unwrap();
+/// let mut plug = Plug::new();
+/// for i in 0..=PLUG_MAX as u64 {
+///     // 8 sectors every 16: no two requests merge.
+///     queue.submit_plugged(&mut plug, Bio::new(Op::Read, i * 16, 8)).unwrap();
+/// }
+/// assert_eq!(plug.len(), 1); // the first PLUG_MAX went to the driver
+/// ```
+pub const PLUG_MAX: usize = 32;
+/// What [`PLUG_MAX`] is for a [`Plug`] holding requests of several queues.
+///
+/// ```
+/// # use blkmq_core::*;
+/// # struct Null;
+/// # impl Driver for Null {
+/// #     type Platform = StdPlatform;
+/// #     type Payload = ();
+/// #     fn init_request(&self, _: RequestInit) {}
+/// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+/// #         cx.queue().end_request(rq, Status::Ok);
+/// #         Ok(())
+/// #     }
+/// # }
+/// let host = Host::new(TagSet::builder(128), StdPlatform::new(), Null).unwrap();
+/// let a = host.add_queue(QueueConfig::new(QueueLimits::new(1 << 20))).unwrap();
+/// let b = host.add_queue(QueueConfig::new(QueueLimits::new(1 << 20))).unwrap();
+/// let mut plug = Plug::new();
+/// for i in 0..PLUG_MAX_MULTI as u64 {
+///     let queue = if i % 2 == 0 { &a } else { &b };
+///     queue.submit_plugged(&mut plug, Bio::new(Op::Read, i * 16, 8)).unwrap();
+/// }
+/// assert_eq!(plug.len(), PLUG_MAX_MULTI); // past PLUG_MAX: two queues
+/// a.submit_plugged(&mut plug, Bio::new(Op::Read, 1 << 16, 8)).unwrap();
+/// assert_eq!(plug.len(), 1);
+/// ```
+pub const PLUG_MAX_MULTI: usize = 64;
+/// A [`Plug`] flushes before it takes a request after one of at least this many bytes
+/// (bios still merge into that one).
+///
+/// ```
+/// # use blkmq_core::*;
+/// # struct Null;
+/// # impl Driver for Null {
+/// #     type Platform = StdPlatform;
+/// #     type Payload = ();
+/// #     fn init_request(&self, _: RequestInit) {}
+/// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+/// #         cx.queue().end_request(rq, Status::Ok);
+/// #         Ok(())
+/// #     }
+/// # }
+/// let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null).unwrap();
+/// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1 << 20))).unwrap();
+/// let sectors = (PLUG_FLUSH_BYTES / SECTOR_SIZE) as u32;
+/// let mut plug = Plug::new();
+/// queue.submit_plugged(&mut plug, Bio::new(Op::Write, 0, sectors)).unwrap();
+/// queue.submit_plugged(&mut plug, Bio::new(Op::Write, sectors.into(), 8)).unwrap(); // merges
+/// assert_eq!(plug.len(), 1);
+/// queue.submit_plugged(&mut plug, Bio::new(Op::Read, 0, 8)).unwrap(); // flushes first
+/// assert_eq!(plug.len(), 1);
+/// assert_eq!(queue.usage(), 1); // only the read is left
+/// ```
+pub const PLUG_FLUSH_BYTES: u64 = 128 * 1024;
+
+/// A submitter's batch of requests (Linux's `blk_plug`): requests gather here, a bio
+/// merging into the newest request of its queue, until [`flush`](Self::flush) — when a new
+/// request finds [`PLUG_MAX`] there ([`PLUG_MAX_MULTI`] across several queues) or follows
+/// one of at least [`PLUG_FLUSH_BYTES`], or when the plug is dropped. A flush hands them
+/// over in order: through [`Driver::queue_rqs`] when the driver has it, the queue has no
+/// elevator and its tag set serves no other queue; else, with no elevator, straight to
+/// each idle hardware queue through [`Driver::queue_rq`]; what is left through the
+/// software queues or the elevator.
+///
+/// ```
+/// use blkmq_core::*;
+/// use std::sync::Mutex;
+///
+/// struct Hold(Mutex<Vec<Rq>>);
+/// impl Driver for Hold {
+///     type Platform = StdPlatform;
+///     type Payload = ();
+///     fn init_request(&self, _: RequestInit) {}
+///     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+///         self.0.lock().unwrap().push(rq);
+///         Ok(())
+///     }
+/// }
+///
+/// let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold(Mutex::new(Vec::new())))
+///     .unwrap();
+/// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+/// let mut plug = Plug::new();
+/// queue.submit_plugged(&mut plug, Bio::new(Op::Read, 0, 8)).unwrap();
+/// queue.submit_plugged(&mut plug, Bio::new(Op::Read, 8, 8)).unwrap(); // merges
+/// assert_eq!(plug.len(), 1);
+/// assert!(host.driver().0.lock().unwrap().is_empty());
+/// plug.flush();
+/// let held: Vec<Rq> = host.driver().0.lock().unwrap().drain(..).collect();
+/// assert_eq!(queue.io(&held[0]).unwrap().sectors(), 16);
+/// queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok)));
+/// ```
+pub struct Plug<'q, D: Driver> {
+    rqs: Vec<(&'q RequestQueue<D>, Rq)>,
+    multiple_queues: bool,
+    scratch: VecDeque<Rq>,
+}
+
+impl<'q, D: Driver> Default for Plug<'q, D> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<'q, D: Driver> Plug<'q, D> {
+    /// An empty plug (allocates its room once, here).
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # struct Null;
+    /// # impl Driver for Null {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// let plug: Plug<'_, Null> = Plug::new();
+    /// assert!(plug.is_empty());
+    /// ```
+    pub fn new() -> Self {
+        Self {
+            rqs: Vec::with_capacity(PLUG_MAX_MULTI),
+            multiple_queues: false,
+            scratch: VecDeque::with_capacity(PLUG_MAX_MULTI),
+        }
+    }
+
+    /// Requests in the plug.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// let mut plug = Plug::new();
+    /// queue.submit_plugged(&mut plug, Bio::new(Op::Write, 0, 8)).unwrap();
+    /// queue.submit_plugged(&mut plug, Bio::new(Op::Write, 8, 8)).unwrap(); // merges
+    /// queue.submit_plugged(&mut plug, Bio::new(Op::Write, 64, 8)).unwrap();
+    /// assert_eq!(plug.len(), 2);
+    /// # drop(plug);
+    /// # queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)));
+    /// ```
+    pub fn len(&self) -> usize {
+        self.rqs.len()
+    }
+
+    /// Whether the plug is empty.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # struct Null;
+    /// # impl Driver for Null {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// let mut plug = Plug::new();
+    /// queue.submit_plugged(&mut plug, Bio::new(Op::Read, 0, 8)).unwrap();
+    /// assert!(!plug.is_empty());
+    /// plug.flush();
+    /// assert!(plug.is_empty());
+    /// ```
+    pub fn is_empty(&self) -> bool {
+        self.rqs.is_empty()
+    }
+
+    /// Merges `bio` into the plug's newest request of its queue, as Linux does: what a
+    /// plug holds goes to the device in order, so a bio that can merge almost always
+    /// follows the request it merges with, and one try per bio keeps the merge check from
+    /// being the dearest step of a submission.
+    pub(super) fn try_merge(&mut self, queue: &RequestQueue<D>, bio: Bio) -> Result<(), Bio> {
+        // One queue in the plug: its newest request is the last. Several: the newest of
+        // this one.
+        let newest = if self.multiple_queues {
+            self.rqs
+                .iter_mut()
+                .rev()
+                .find(|(q, _)| core::ptr::eq(*q, queue))
+        } else {
+            self.rqs
+                .last_mut()
+                .filter(|(q, _)| core::ptr::eq(*q, queue))
+        };
+        let Some((_, rq)) = newest else {
+            return Err(bio);
+        };
+        let tags = queue.tags();
+        if queue.has_elevator.load(Ordering::Relaxed) {
+            if let Some(e) = queue.elevator.lock().as_ref() {
+                if !tags.io(rq).is_ok_and(|io| e.allow_merge(io, &bio)) {
+                    return Err(bio);
+                }
+            }
+        }
+        if crate::merge::merge_into(tags, &queue.limits, rq, &bio) {
+            Ok(())
+        } else {
+            Err(bio)
+        }
+    }
+
+    /// Adds a fresh request, flushing first when the plug is full or its last request large.
+    pub(super) fn add(&mut self, queue: &'q RequestQueue<D>, rq: Rq) {
+        let max = if self.multiple_queues {
+            PLUG_MAX_MULTI
+        } else {
+            PLUG_MAX
+        };
+        let large = self.rqs.last().is_some_and(|(q, last)| {
+            q.io(last)
+                .is_some_and(|io| io.sectors() * crate::bio::SECTOR_SIZE >= PLUG_FLUSH_BYTES)
+        });
+        if self.rqs.len() >= max || large {
+            self.flush();
+        }
+        // As Linux: several queues once a request follows one of another queue.
+        if let Some((last, _)) = self.rqs.last() {
+            if !core::ptr::eq(*last, queue) {
+                self.multiple_queues = true;
+            }
+        }
+        self.rqs.push((queue, rq));
+    }
+
+    /// Hands every request to its queue, in the order they were made.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// let a = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// let b = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// let mut plug = Plug::new();
+    /// a.submit_plugged(&mut plug, Bio::new(Op::Read, 64, 8)).unwrap();
+    /// b.submit_plugged(&mut plug, Bio::new(Op::Read, 8, 8)).unwrap();
+    /// a.submit_plugged(&mut plug, Bio::new(Op::Read, 0, 8)).unwrap();
+    /// plug.flush();
+    /// let held = host.driver().take();
+    /// let sector = |rq: &Rq| a.io(rq).or_else(|| b.io(rq)).unwrap().sector();
+    /// assert_eq!(held.iter().map(sector).collect::<Vec<_>>(), [64, 8, 0]);
+    /// # for rq in held {
+    /// #     let queue = if a.request(&rq).is_some() { &a } else { &b };
+    /// #     queue.end_request(rq, Status::Ok);
+    /// # }
+    /// ```
+    pub fn flush(&mut self) {
+        while let Some(&(queue, _)) = self.rqs.first() {
+            // The run of requests of this queue at the front, in order.
+            let run = self
+                .rqs
+                .iter()
+                .position(|(q, _)| !core::ptr::eq(*q, queue))
+                .unwrap_or(self.rqs.len());
+            for (_, rq) in self.rqs.drain(..run) {
+                self.scratch.push_back(rq);
+            }
+            queue.flush_plugged(&mut self.scratch);
+        }
+        self.multiple_queues = false;
+    }
+}
+
+impl<D: Driver> Drop for Plug<'_, D> {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
+impl<D: Driver> fmt::Debug for Plug<'_, D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Plug")
+            .field("len", &self.rqs.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<D: Driver> RequestQueue<D> {
+    /// Takes a flushed plug's requests of this queue (all of `rqs`), in order.
+    fn flush_plugged(&self, rqs: &mut VecDeque<Rq>) {
+        let elevated = self.has_elevator.load(Ordering::Relaxed);
+        if elevated {
+            let mut last_hctx = usize::MAX;
+            while let Some(rq) = rqs.pop_front() {
+                let hctx = self.request(&rq).map_or(0, |r| r.hctx());
+                if self.io(&rq).is_some_and(|io| io.op() == Op::Flush) {
+                    self.push_dispatch(hctx, rq, false);
+                } else {
+                    let cx = self.elv_cx();
+                    if let Some(e) = self.elevator.lock().as_mut() {
+                        e.insert_request(&cx, rq, false);
+                    }
+                }
+                if hctx != last_hctx && last_hctx != usize::MAX {
+                    self.run_hw_queue(last_hctx);
+                }
+                last_hctx = hctx;
+            }
+            if last_hctx != usize::MAX {
+                self.run_hw_queue(last_hctx);
+            }
+            return;
+        }
+        if D::QUEUE_RQS && !self.host.set.is_shared() {
+            self.issue_list(rqs);
+        }
+        self.issue_plugged(rqs);
+        // What could not go straight to its hardware queue: into the software queues,
+        // then run each hardware queue touched once.
+        let cpu = self.cpu();
+        let mut last_hctx = usize::MAX;
+        while let Some(rq) = rqs.pop_front() {
+            let hctx = self.request(&rq).map_or(0, |r| r.hctx());
+            let kind = self.io(&rq).map_or(QueueType::Default, |io| {
+                self.maps.select(cpu, io.op(), io.flags()).0
+            });
+            if self.io(&rq).is_some_and(|io| io.op() == Op::Flush) {
+                self.push_dispatch(hctx, rq, false);
+            } else {
+                self.push_ctx_for(cpu, kind, hctx, rq);
+            }
+            if hctx != last_hctx && last_hctx != usize::MAX {
+                self.run_hw_queue(last_hctx);
+            }
+            last_hctx = hctx;
+        }
+        if last_hctx != usize::MAX {
+            self.run_hw_queue(last_hctx);
+        }
+    }
+
+    /// Issues a plug's requests straight to their hardware queues, one run of requests per
+    /// hardware queue through [`Driver::queue_rq`], while the hardware queue is idle (as
+    /// [`submit`](Self::submit) issues a lone request); stops at a flush or at the first
+    /// hardware queue it cannot take, and what is left stays in `rqs`.
+    ///
+    /// Unless the driver may block, the requests of one run share one read of the clock
+    /// for their start, as the requests of one plug share it in Linux.
+    fn issue_plugged(&self, rqs: &mut VecDeque<Rq>) {
+        let blocking = self.host.set.flags().contains(TagSetFlags::BLOCKING);
+        // A request's hardware queue; `None` for a flush (or a request not ours).
+        let data_hctx = |rq: &Rq| {
+            self.tags()
+                .hctx_and_op(rq)
+                .and_then(|(hctx, op)| (op != Op::Flush).then_some(hctx))
+        };
+        while let Some(first) = rqs.front() {
+            let Some(hctx) = data_hctx(first) else {
+                return;
+            };
+            let h = &self.hctxs[hctx];
+            if !self.claim_idle(hctx) {
+                return;
+            }
+            if self.halted(hctx) {
+                self.finish_run(hctx);
+                return;
+            }
+            let epoch = self.host.epoch();
+            let mut batch = h.scratch.lock();
+            // The first is known to belong; each later one is looked at once.
+            while rqs
+                .front()
+                .is_some_and(|rq| batch.is_empty() || data_hctx(rq) == Some(hctx))
+            {
+                if let Some(rq) = rqs.pop_front() {
+                    batch.push_back(rq);
+                }
+            }
+            let now = (!blocking).then(|| self.platform().coarse_now_ns());
+            // Every request taken above is this hardware queue's.
+            self.issue_batch(hctx, &mut batch, epoch, now, true);
+            drop(batch);
+            self.finish_run(hctx);
+        }
+    }
+
+    /// Issues a plug's requests through [`Driver::queue_rqs`], hardware queue by hardware
+    /// queue, while the hardware queue is idle; what is left stays in `rqs`.
+    fn issue_list(&self, rqs: &mut VecDeque<Rq>) {
+        let tags = self.tags();
+        let driver = self.driver();
+        while let Some(first) = rqs.front() {
+            let hctx = self.request(first).map_or(0, |r| r.hctx());
+            let h = &self.hctxs[hctx];
+            if !self.claim_idle(hctx) {
+                return;
+            }
+            if self.halted(hctx) {
+                self.finish_run(hctx);
+                return;
+            }
+            let cx = self.cx(hctx);
+            let epoch = self.host.epoch();
+            let mut batch = h.scratch.lock();
+            let mut no_budget = false;
+            // Nothing runs between the starts: one read of the clock serves them all.
+            let now = self.platform().coarse_now_ns();
+            while rqs
+                .front()
+                .is_some_and(|rq| self.request(rq).is_some_and(|r| r.hctx() == hctx))
+            {
+                let Some(mut rq) = rqs.pop_front() else { break };
+                if !driver.get_budget(&cx) {
+                    rqs.push_front(rq);
+                    no_budget = true;
+                    break;
+                }
+                if tags.start(&mut rq, now).is_err() {
+                    driver.put_budget(&cx);
+                    self.end_unissued(rq, Status::IoErr);
+                    continue;
+                }
+                self.driver_in();
+                batch.push_back(rq);
+            }
+            let mut driver_batch = RqBatch {
+                rqs: &mut batch,
+                rejected: None,
+            };
+            driver.queue_rqs(&cx, &mut driver_batch);
+            let mut why = Status::Resource;
+            if let Some(Rejected { rq, status }) = driver_batch.rejected.take() {
+                batch.push_front(rq);
+                why = status;
+            }
+            // What the driver left goes back to idle: the first with the driver's verdict.
+            for _ in 0..batch.len() {
+                let Some(mut rq) = batch.pop_front() else {
+                    break;
+                };
+                self.driver_out();
+                driver.put_budget(&cx);
+                let _ = tags.requeue(&mut rq);
+                if matches!(why, Status::Resource | Status::DevResource) {
+                    batch.push_back(rq);
+                } else {
+                    self.end_unissued(rq, if why.is_ok() { Status::IoErr } else { why });
+                    why = Status::Resource;
+                }
+            }
+            if !batch.is_empty() || no_budget {
+                // The rest of this hardware queue's share waits at the head, behind them.
+                while rqs
+                    .front()
+                    .is_some_and(|rq| self.request(rq).is_some_and(|r| r.hctx() == hctx))
+                {
+                    if let Some(rq) = rqs.pop_front() {
+                        batch.push_back(rq);
+                    }
+                }
+                self.give_up(hctx, &mut batch, epoch, why);
+            }
+            drop(batch);
+            self.finish_run(hctx);
+        }
+    }
+}

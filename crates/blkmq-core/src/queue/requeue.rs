@@ -1,0 +1,158 @@
+//! Requeue: requests the driver hands back, issued again.
+
+use crate::bio::Op;
+use crate::driver::Driver;
+use crate::request::Rq;
+use crate::sync::Ordering;
+
+use super::RequestQueue;
+
+impl<D: Driver> RequestQueue<D> {
+    /// Hands a request the driver took back, to be issued again (after a device reset, a
+    /// path change): it waits on the requeue list until
+    /// [`kick_requeue_list`](Self::kick_requeue_list), which `kick` asks for at once.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    /// let rq = host.driver().take().pop().unwrap();
+    /// queue.requeue_request(rq, false);
+    /// assert_eq!((queue.requeued(), host.in_driver()), (1, 0));
+    /// queue.kick_requeue_list(); // issued again
+    /// let rq = host.driver().take().pop().unwrap();
+    /// queue.requeue_request(rq, true); // issued again at once
+    /// assert_eq!(queue.requeued(), 0);
+    /// let rq = host.driver().take().pop().unwrap();
+    /// assert_eq!(queue.io(&rq).unwrap().sector(), 0);
+    /// queue.end_request(rq, Status::Ok);
+    /// ```
+    pub fn requeue_request(&self, mut rq: Rq, kick: bool) {
+        let tags = self.tags();
+        let hctx = tags.request(&rq).map_or(0, |r| r.hctx());
+        let _ = tags.requeue(&mut rq);
+        if self.has_elevator.load(Ordering::Relaxed) {
+            let _ = tags.put_driver_tag(&mut rq);
+            // Flushes bypass the elevator: it never saw this one.
+            if tags.io(&rq).is_ok_and(|io| io.op() != Op::Flush) {
+                let cx = self.elv_cx();
+                if let Some(e) = self.elevator.lock().as_mut() {
+                    e.requeue_request(&cx, &rq);
+                }
+            }
+        }
+        self.driver().put_budget(&self.cx(hctx));
+        self.requeue.lock().push_back(rq);
+        self.host.restart_after(1);
+        if kick {
+            self.kick_requeue_list();
+        }
+    }
+
+    /// Sends every requeued request back to dispatch (ahead of new ones) and runs the
+    /// hardware queues.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    /// queue.submit(Bio::new(Op::Read, 64, 8)).unwrap();
+    /// for rq in host.driver().take() {
+    ///     queue.requeue_request(rq, false);
+    /// }
+    /// assert!(host.driver().take().is_empty());
+    /// queue.kick_requeue_list();
+    /// let held = host.driver().take();
+    /// let sectors: Vec<u64> = held.iter().map(|rq| queue.io(rq).unwrap().sector()).collect();
+    /// assert_eq!(sectors, [0, 64]); // in the order they came back
+    /// queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok)));
+    /// ```
+    pub fn kick_requeue_list(&self) {
+        loop {
+            let Some(rq) = self.requeue.lock().pop_front() else {
+                return;
+            };
+            let tags = self.tags();
+            let hctx = tags.request(&rq).map_or(0, |r| r.hctx());
+            let elevated = self.has_elevator.load(Ordering::Relaxed)
+                && tags.io(&rq).is_ok_and(|io| io.op() != Op::Flush);
+            if elevated {
+                let cx = self.elv_cx();
+                if let Some(e) = self.elevator.lock().as_mut() {
+                    e.insert_request(&cx, rq, true);
+                }
+            } else {
+                self.push_dispatch(hctx, rq, false);
+            }
+            self.run_hw_queue(hctx);
+        }
+    }
+
+    /// Requests waiting on the requeue list.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    /// assert_eq!(queue.requeued(), 0);
+    /// queue.requeue_request(host.driver().take().pop().unwrap(), false);
+    /// assert_eq!(queue.requeued(), 1);
+    /// queue.kick_requeue_list();
+    /// assert_eq!(queue.requeued(), 0);
+    /// # queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)));
+    /// ```
+    pub fn requeued(&self) -> usize {
+        self.requeue.lock().len()
+    }
+}

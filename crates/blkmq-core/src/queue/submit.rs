@@ -1,0 +1,559 @@
+//! Submission: a bio checked, split, placed, merged and put in a request.
+
+use crate::bio::{Bio, BioFlags, Op, Status};
+use crate::driver::Driver;
+use crate::error::TagError;
+use crate::platform::Platform;
+use crate::queue_map::QueueType;
+use crate::queue_tags::Alloc;
+use crate::request::Rq;
+use crate::sync::Ordering;
+
+use super::dispatch::Issued;
+use super::plug::Plug;
+
+use super::{RequestQueue, SwCtx, wait_a_little};
+
+/// Requests merged by a reverse scan of a software queue, at most (Linux's 8).
+const CTX_MERGE_SCAN: usize = 8;
+
+impl<D: Driver> RequestQueue<D> {
+    /// The calling CPU, within the set's.
+    #[inline]
+    pub(super) fn cpu(&self) -> usize {
+        self.platform()
+            .current_cpu()
+            .min(self.host.set.nr_cpus() - 1)
+    }
+
+    /// The CPU and the hardware queue for a bio.
+    #[inline(always)]
+    fn place(&self, bio: &Bio) -> Option<(usize, usize, QueueType)> {
+        let cpu = self.cpu();
+        let (kind, hctx) = self.maps.select(cpu, bio.op, bio.flags);
+        if !self.hctxs[hctx].inactive.load(Ordering::Relaxed) {
+            return Some((cpu, hctx, kind));
+        }
+        self.place_elsewhere(cpu, kind)
+    }
+
+    /// [`place`](Self::place) when the mapped hardware queue is inactive.
+    #[cold]
+    fn place_elsewhere(&self, cpu: usize, kind: QueueType) -> Option<(usize, usize, QueueType)> {
+        // Another active hardware queue of the same type, else any active one.
+        let active = |h: &usize| !self.hctxs[*h].inactive.load(Ordering::SeqCst);
+        let same = self
+            .maps
+            .map(kind)
+            .and_then(|m| (m.offset()..m.offset() + m.nr_queues()).find(active));
+        let other = same.or_else(|| (0..self.hctxs.len()).find(active))?;
+        Some((cpu, other, kind))
+    }
+
+    /// Submits a bio: checked against the limits (a bad one ends at once with its status),
+    /// split to them, merged where it can be, else put in a request and issued.
+    ///
+    /// Never waits. A bio the queue cannot take now — no request free, the queue frozen —
+    /// comes back untouched, to be submitted again later. One exception: when a bio had to
+    /// be split and some of its pieces went in, what comes back is the rest, a piece
+    /// marked [`BioFlags::SPLIT`] whose parent ends when it does; submit that piece
+    /// (ending it any other way loses the parent's completion until the queue is dropped).
+    ///
+    /// # Errors
+    /// The bio, untouched, when it cannot go in now.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// static ENDED: Mutex<Vec<(u64, Status)>> = Mutex::new(Vec::new());
+    /// fn done(bio: Bio, status: Status) {
+    ///     ENDED.lock().unwrap().push((bio.sector, status));
+    /// }
+    /// queue.submit(Bio::new(Op::Read, 2048, 8).end_io(done)).unwrap(); // past the end
+    /// assert_eq!(*ENDED.lock().unwrap(), [(2048, Status::IoErr)]);
+    /// queue.submit(Bio::new(Op::Read, 0, 8).end_io(done)).unwrap(); // to the driver
+    /// queue.freeze_start();
+    /// let back = queue.submit(Bio::new(Op::Read, 8, 8).end_io(done)).unwrap_err();
+    /// assert_eq!(back.sector, 8); // not ended: submit it again later
+    /// queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)));
+    /// assert_eq!(*ENDED.lock().unwrap(), [(2048, Status::IoErr), (0, Status::Ok)]);
+    /// ```
+    pub fn submit(&self, bio: Bio) -> Result<(), Bio> {
+        self.submit_inner(bio, None)
+    }
+
+    /// Submits a bio into a plug: requests gather there until the plug flushes.
+    ///
+    /// # Errors
+    /// As [`submit`](Self::submit).
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// let mut plug = Plug::new();
+    /// queue.submit_plugged(&mut plug, Bio::new(Op::Write, 0, 8)).unwrap();
+    /// queue.submit_plugged(&mut plug, Bio::new(Op::Write, 64, 8)).unwrap();
+    /// assert_eq!(plug.len(), 2);
+    /// assert!(host.driver().take().is_empty());
+    /// drop(plug); // flushes
+    /// let held = host.driver().take();
+    /// assert_eq!(held.len(), 2);
+    /// # queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok)));
+    /// ```
+    pub fn submit_plugged<'q>(&'q self, plug: &mut Plug<'q, D>, bio: Bio) -> Result<(), Bio> {
+        self.submit_inner(bio, Some(plug))
+    }
+
+    /// Submits a bio, waiting (spinning, with `std` yielding the thread) while it cannot go
+    /// in. A bio marked [`BioFlags::NOWAIT`] ends with [`Status::Again`] instead of waiting.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # struct Null;
+    /// # impl Driver for Null {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// # use std::sync::Mutex;
+    /// static ENDED: Mutex<Vec<(u64, Status)>> = Mutex::new(Vec::new());
+    /// fn done(bio: Bio, status: Status) {
+    ///     ENDED.lock().unwrap().push((bio.sector, status));
+    /// }
+    /// queue.freeze_start();
+    /// queue.submit_wait(Bio::new(Op::Read, 0, 8).flags(BioFlags::NOWAIT).end_io(done));
+    /// assert_eq!(*ENDED.lock().unwrap(), [(0, Status::Again)]);
+    /// queue.unfreeze();
+    /// queue.submit_wait(Bio::new(Op::Read, 8, 8).end_io(done));
+    /// assert_eq!(ENDED.lock().unwrap()[1], (8, Status::Ok));
+    /// ```
+    pub fn submit_wait(&self, mut bio: Bio) {
+        loop {
+            match self.submit(bio) {
+                Ok(()) => return,
+                Err(back) if back.flags.contains(BioFlags::NOWAIT) => {
+                    self.splits.end(back, Status::Again);
+                    return;
+                }
+                Err(back) => bio = back,
+            }
+            self.kick_requeue_list();
+            wait_a_little();
+        }
+    }
+
+    fn submit_inner<'q>(&'q self, bio: Bio, mut plug: Option<&mut Plug<'q, D>>) -> Result<(), Bio> {
+        // The common bio in a few steps: no piece of a split, valid, one request whole.
+        if !bio.flags.contains(BioFlags::SPLIT) && self.limits.fits_whole(&bio) {
+            return match plug {
+                None if !self.has_elevator.load(Ordering::Relaxed) => self.submit_direct(&bio),
+                plug => self.submit_one(&bio, plug),
+            };
+        }
+        let piece = self.splits.is_piece(&bio);
+        if !piece {
+            if let Some(status) = self.limits.check(&bio) {
+                bio.complete(status);
+                return Ok(());
+            }
+        }
+        let len = self.split_len(&bio);
+        if len >= bio.sectors {
+            return self.submit_one(&bio, plug.as_deref_mut());
+        }
+        let mut rest = if piece { bio } else { self.splits.start(bio)? };
+        // Whether part of the parent is in: then only the rest can come back.
+        let mut any_in = piece;
+        loop {
+            let len = self.split_len(&rest);
+            if len >= rest.sectors {
+                return self.submit_one(&rest, plug.as_deref_mut());
+            }
+            let (first, tail) = self.splits.cut(rest, len);
+            match self.submit_one(&first, plug.as_deref_mut()) {
+                Ok(()) => {
+                    rest = tail;
+                    any_in = true;
+                }
+                Err(first) => {
+                    let whole = self.splits.rejoin(first, tail);
+                    return Err(if any_in {
+                        whole
+                    } else {
+                        self.splits.abandon(whole)
+                    });
+                }
+            }
+        }
+    }
+
+    fn split_len(&self, bio: &Bio) -> u32 {
+        let block = self.limits.logical_block_size / crate::bio::SECTOR_SIZE as u32;
+        self.limits.split_len(bio).max(block.min(bio.sectors))
+    }
+
+    /// [`submit_one`](Self::submit_one) for the common submission: a read or write that
+    /// fits one request whole ([`QueueLimits::fits_whole`]), with no plug and no elevator,
+    /// the whole way in one frame (with an elevator after all, the general way).
+    fn submit_direct(&self, bio: &Bio) -> Result<(), Bio> {
+        // The bio is read field by field here and copied only after `enter`'s locked
+        // operation: a caller that has just built it has stores in flight, and a wide copy
+        // of them would wait for them.
+        if !self.enter() {
+            return Err(*bio);
+        }
+        // Again with the usage count held: an elevator switch freezes the queue first, so
+        // one that came in since the caller looked shows now.
+        if self.has_elevator.load(Ordering::Relaxed) {
+            self.exit();
+            return self.submit_one(bio, None);
+        }
+        let Some((cpu, hctx, kind)) = self.place(bio) else {
+            self.exit();
+            self.splits.end(*bio, Status::IoErr);
+            return Ok(());
+        };
+        if crate::limits::mergeable(bio.op, bio.flags) && self.try_ctx_merge(cpu, kind, bio) {
+            self.exit();
+            return Ok(());
+        }
+        // One data segment: `fits_whole` said so.
+        debug_assert_eq!(self.limits.segments(bio.op, bio.sector, bio.sectors), 1);
+        match self.tags().alloc_with_bio(&Alloc::new(hctx, cpu), *bio, 1) {
+            Ok(rq) => {
+                self.issue_direct(rq, cpu, hctx, kind);
+                Ok(())
+            }
+            Err((e, bio)) => self.alloc_failed(e, bio),
+        }
+    }
+
+    /// With the usage count held, no request could be had for `bio`: without one free it
+    /// comes back to be submitted again; on any other error it ends with an I/O error.
+    #[cold]
+    fn alloc_failed(&self, error: TagError, bio: Bio) -> Result<(), Bio> {
+        self.exit();
+        if error == TagError::WouldBlock {
+            return Err(bio);
+        }
+        self.splits.end(bio, Status::IoErr);
+        Ok(())
+    }
+
+    /// Submits a bio that fits one request.
+    fn submit_one<'q>(&'q self, bio: &Bio, mut plug: Option<&mut Plug<'q, D>>) -> Result<(), Bio> {
+        // Copied whole only after `enter`'s locked operation (see `submit_direct`).
+        if !self.enter() {
+            return Err(*bio);
+        }
+        let Some((cpu, hctx, kind)) = self.place(bio) else {
+            self.exit();
+            self.splits.end(*bio, Status::IoErr);
+            return Ok(());
+        };
+        // The elevator's depth limit for this bio, once looked up.
+        let mut shallow = None;
+        let mut bio = *bio;
+        if crate::limits::mergeable(bio.op, bio.flags) {
+            if let Some(plug) = plug.as_deref_mut() {
+                match plug.try_merge(self, bio) {
+                    Ok(()) => {
+                        self.exit();
+                        return Ok(());
+                    }
+                    Err(back) => bio = back,
+                }
+            }
+            if self.has_elevator.load(Ordering::Relaxed) {
+                if plug.is_none() && bio.op != Op::Flush {
+                    return self.merge_or_insert(bio, cpu, hctx, kind);
+                }
+                match self.try_elevator_merge(bio, &mut shallow) {
+                    Ok(()) => {
+                        self.exit();
+                        return Ok(());
+                    }
+                    Err(back) => bio = back,
+                }
+            } else if self.try_ctx_merge(cpu, kind, &bio) {
+                self.exit();
+                return Ok(());
+            }
+        }
+        self.alloc_and_go(bio, cpu, hctx, kind, plug, shallow)
+    }
+
+    /// With the usage count held, no plug, and an elevator: the elevator merges `bio`, or
+    /// a request is allocated for it (without waiting), prepared and inserted, all under
+    /// one hold of the elevator's lock; then the hardware queue runs. With no scheduler tag
+    /// free, the lock is let go and [`alloc_and_go`](Self::alloc_and_go) decides.
+    fn merge_or_insert(
+        &self,
+        bio: Bio,
+        cpu: usize,
+        hctx: usize,
+        kind: QueueType,
+    ) -> Result<(), Bio> {
+        let tags = self.tags();
+        let cx = self.elv_cx();
+        let mut guard = self.elevator.lock();
+        let Some(e) = guard.as_mut() else {
+            drop(guard);
+            return self.alloc_and_go(bio, cpu, hctx, kind, None, None);
+        };
+        let bio = match e.bio_merge(&cx, bio) {
+            Ok(()) => {
+                drop(guard);
+                self.exit();
+                return Ok(());
+            }
+            Err(bio) => bio,
+        };
+        let shallow = e.limit_depth(bio.op, bio.flags);
+        let mut alloc = Alloc::new(hctx, cpu);
+        alloc.shallow_depth = shallow;
+        // A scheduler tag is a bit taken from a bitmap: nothing here waits or locks.
+        let Ok(rq) = tags.alloc(&alloc) else {
+            drop(guard);
+            return self.alloc_and_go(bio, cpu, hctx, kind, None, Some(shallow));
+        };
+        let mut rq = rq;
+        if let Err(bio) = self.fill(&mut rq, bio) {
+            drop(guard);
+            self.abandon(rq, bio);
+            return Ok(());
+        }
+        e.prepare_request(&cx, &mut rq);
+        e.insert_request(&cx, rq, false);
+        let claim = self.claim_and_pick(&mut **e, &cx, hctx);
+        drop(guard);
+        self.run_after_insert(hctx, claim, &cx);
+        Ok(())
+    }
+
+    /// Puts `bio` in the fresh request `rq`, with its segment count. That cannot fail for
+    /// our own request; should it, the bio comes back, for [`abandon`](Self::abandon).
+    #[inline]
+    fn fill(&self, rq: &mut Rq, bio: Bio) -> Result<(), Bio> {
+        let segments = self.limits.segments(bio.op, bio.sector, bio.sectors);
+        self.tags()
+            .set_bio_segments(rq, bio, segments)
+            .map_err(|_| bio)
+    }
+
+    /// Gives up a submission whose request could not take its bio: the request freed, the
+    /// usage count let go, the bio ended. Nothing is lost.
+    fn abandon(&self, rq: Rq, bio: Bio) {
+        let _ = self.tags().free(rq);
+        self.exit();
+        self.splits.end(bio, Status::IoErr);
+    }
+
+    /// With the usage count held: a request for `bio`, then plug, insert or issue.
+    fn alloc_and_go<'q>(
+        &'q self,
+        bio: Bio,
+        cpu: usize,
+        hctx: usize,
+        kind: QueueType,
+        plug: Option<&mut Plug<'q, D>>,
+        shallow: Option<Option<usize>>,
+    ) -> Result<(), Bio> {
+        let tags = self.tags();
+        let flush = bio.op == Op::Flush;
+        let elevated = self.has_elevator.load(Ordering::Relaxed) && !flush;
+        let mut alloc = Alloc::new(hctx, cpu);
+        if elevated {
+            alloc.shallow_depth = match shallow {
+                Some(depth) => depth,
+                None => self
+                    .elevator
+                    .lock()
+                    .as_ref()
+                    .and_then(|e| e.limit_depth(bio.op, bio.flags)),
+            };
+        }
+        let segments = self.limits.segments(bio.op, bio.sector, bio.sectors);
+        let mut rq = match tags.alloc_with_bio(&alloc, bio, segments) {
+            Ok(rq) => rq,
+            Err((e, bio)) => return self.alloc_failed(e, bio),
+        };
+        if elevated {
+            let cx = self.elv_cx();
+            let mut guard = self.elevator.lock();
+            if let Some(e) = guard.as_mut() {
+                e.prepare_request(&cx, &mut rq);
+                if plug.is_none() {
+                    // Prepared, inserted and, on an idle hardware queue, dispatched under
+                    // one hold of the lock.
+                    e.insert_request(&cx, rq, false);
+                    let claim = self.claim_and_pick(&mut **e, &cx, hctx);
+                    drop(guard);
+                    self.run_after_insert(hctx, claim, &cx);
+                    return Ok(());
+                }
+            }
+        }
+        if let Some(plug) = plug {
+            plug.add(self, rq);
+            return Ok(());
+        }
+        self.insert_and_run(rq, cpu, hctx, kind, elevated, flush);
+        Ok(())
+    }
+
+    /// Inserts a fresh request (or issues it directly when the hardware queue is idle and
+    /// unscheduled) and runs its hardware queue. `flush`: the request is a flush.
+    fn insert_and_run(
+        &self,
+        rq: Rq,
+        cpu: usize,
+        hctx: usize,
+        kind: QueueType,
+        elevated: bool,
+        flush: bool,
+    ) {
+        if elevated {
+            let cx = self.elv_cx();
+            if let Some(e) = self.elevator.lock().as_mut() {
+                e.insert_request(&cx, rq, false);
+            } else {
+                // The elevator went away under us (it cannot: switching freezes first).
+                self.push_dispatch(hctx, rq, false);
+            }
+            self.run_hw_queue(hctx);
+            return;
+        }
+        if flush {
+            self.push_dispatch(hctx, rq, false);
+            self.run_hw_queue(hctx);
+            return;
+        }
+        self.issue_direct(rq, cpu, hctx, kind);
+    }
+
+    /// Without an elevator, a fresh request that is no flush: issued directly when its
+    /// hardware queue is idle (nothing queued ahead, the hardware not busy, and nobody
+    /// running it), else queued on the CPU's software queue and the hardware queue run.
+    #[inline(always)]
+    fn issue_direct(&self, rq: Rq, cpu: usize, hctx: usize, kind: QueueType) {
+        let h = &self.hctxs[hctx];
+        if self.claim_idle(hctx) {
+            if self.halted(hctx) {
+                self.push_ctx_for(cpu, kind, hctx, rq);
+            } else {
+                let epoch = self.host.epoch();
+                if let Issued::GaveUp(rq, status) = self.issue_one(hctx, hctx, rq, true, None, None)
+                {
+                    let mut batch = h.scratch.lock();
+                    batch.push_back(rq);
+                    self.give_up(hctx, &mut batch, epoch, status);
+                }
+            }
+            self.finish_run(hctx);
+            return;
+        }
+        self.push_ctx_for(cpu, kind, hctx, rq);
+        self.run_hw_queue(hctx);
+    }
+
+    fn push_ctx(&self, cpu: usize, kind: QueueType, rq: Rq) {
+        let index = cpu * QueueType::ALL.len() + kind as usize;
+        let ctx = &self.ctxs[index];
+        ctx.list.lock().push_back(rq);
+        let h = &self.hctxs[ctx.hctx];
+        h.pending[ctx.pos / 64].fetch_or(1 << (ctx.pos % 64), Ordering::SeqCst);
+    }
+
+    /// Queues `rq` on the software queue of `cpu` that feeds `hctx` (the request was made
+    /// for `hctx`; if `cpu`'s context maps elsewhere, on the hardware queue's dispatch list).
+    pub(super) fn push_ctx_for(&self, cpu: usize, kind: QueueType, hctx: usize, rq: Rq) {
+        let index = cpu * QueueType::ALL.len() + kind as usize;
+        if self.ctxs[index].hctx == hctx && self.ctxs[index].pos != usize::MAX {
+            self.push_ctx(cpu, kind, rq);
+        } else {
+            self.push_dispatch(hctx, rq, false);
+        }
+    }
+
+    pub(super) fn push_dispatch(&self, hctx: usize, rq: Rq, at_head: bool) {
+        let h = &self.hctxs[hctx];
+        let mut list = h.dispatch.lock();
+        if at_head {
+            list.push_front(rq);
+        } else {
+            list.push_back(rq);
+        }
+        h.dispatch_len.store(list.len(), Ordering::SeqCst);
+    }
+
+    /// Without an elevator: merges `bio` into one of the newest requests of the CPU's
+    /// software queue; whether it did (else the bio is still the caller's).
+    #[inline(always)]
+    fn try_ctx_merge(&self, cpu: usize, kind: QueueType, bio: &Bio) -> bool {
+        let index = cpu * QueueType::ALL.len() + kind as usize;
+        let ctx = &self.ctxs[index];
+        if ctx.pos == usize::MAX {
+            return false;
+        }
+        // Nothing queued here (its bit is set once a request is in): no lock to take. A
+        // request whose bit is not set yet only misses a merge.
+        let bit = 1u64 << (ctx.pos % 64);
+        if self.hctxs[ctx.hctx].pending[ctx.pos / 64].load(Ordering::Relaxed) & bit == 0 {
+            return false;
+        }
+        self.ctx_merge_locked(ctx, bio)
+    }
+
+    /// [`try_ctx_merge`](Self::try_ctx_merge) once something is queued: the scan, under the
+    /// software queue's lock.
+    #[inline(never)]
+    fn ctx_merge_locked(&self, ctx: &SwCtx<D>, bio: &Bio) -> bool {
+        let mut list = ctx.list.lock();
+        let tags = self.tags();
+        list.iter_mut()
+            .rev()
+            .take(CTX_MERGE_SCAN)
+            .any(|rq| crate::merge::merge_into(tags, &self.limits, rq, bio))
+    }
+}

@@ -1,0 +1,124 @@
+//! Timeouts: requests in flight past their deadline.
+
+use alloc::vec::Vec;
+
+use crate::driver::{Driver, TimeoutAction};
+use crate::request::RqState;
+use crate::sync::Ordering;
+
+use super::RequestQueue;
+
+impl<D: Driver> RequestQueue<D> {
+    /// Timeouts fired so far.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    /// let late = queue.platform().now_ns() + DEFAULT_TIMEOUT_NS + 1;
+    /// assert_eq!(queue.check_timeouts(late), 1); // `Hold` keeps the default: another timeout
+    /// assert_eq!(queue.timeouts(), 1);
+    /// # queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)));
+    /// ```
+    pub fn timeouts(&self) -> u64 {
+        self.timeouts.load(Ordering::Relaxed)
+    }
+
+    /// Checks every request in flight against its deadline at `now_ns`: an expired one is
+    /// claimed (once per dispatch) and the driver decides ([`Driver::timeout`]). Returns
+    /// how many timed out. Call it periodically (Linux: each second or so).
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    /// let now = queue.platform().now_ns();
+    /// assert_eq!(queue.check_timeouts(now), 0);
+    /// let late = now + DEFAULT_TIMEOUT_NS;
+    /// assert_eq!(queue.check_timeouts(late), 1); // `Hold` resets the timer (the default)
+    /// assert_eq!(queue.check_timeouts(late), 0);
+    /// assert_eq!(queue.check_timeouts(late + DEFAULT_TIMEOUT_NS), 1);
+    /// # queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)));
+    /// ```
+    pub fn check_timeouts(&self, now_ns: u64) -> usize {
+        let Some(_inside) = self.enter_any() else {
+            return 0;
+        };
+        if self.usage() <= 1 {
+            return 0; // only ourselves
+        }
+        // Claim the expired ones under the iteration lock; ask the driver outside it (its
+        // handler may iterate, or end requests).
+        let mut expired: Vec<(usize, u32, u64, u64)> = Vec::new();
+        self.tags().for_each_busy(None, |busy| {
+            let request = busy.request;
+            let (generation, state) = request.snapshot();
+            let deadline = request.deadline_ns();
+            if state == RqState::InFlight
+                && deadline <= now_ns
+                && deadline != u64::MAX
+                && request.swap_deadline(deadline, u64::MAX)
+            {
+                expired.push((busy.hctx, busy.tag, generation, deadline));
+            }
+            true
+        });
+        let mut fired = 0;
+        let timeout = self.host.set.timeout_ns();
+        let driver = self.driver();
+        for (hctx, tag, generation, deadline) in expired {
+            let Some(request) = self.tags().tag_to_rq(hctx, tag) else {
+                continue;
+            };
+            if request.snapshot() != (generation, RqState::InFlight) {
+                // Ended or restarted meanwhile; a new start set its own deadline, so this
+                // puts ours back only if nobody moved it since.
+                request.swap_deadline(u64::MAX, deadline);
+                continue;
+            }
+            fired += 1;
+            match driver.timeout(&self.cx(hctx), request) {
+                TimeoutAction::Done => {}
+                TimeoutAction::ResetTimer => {
+                    request.swap_deadline(u64::MAX, now_ns.saturating_add(timeout));
+                }
+            }
+        }
+        self.timeouts.fetch_add(fired as u64, Ordering::Relaxed);
+        fired
+    }
+}

@@ -1,0 +1,382 @@
+//! The usage reference and freezing: who is inside a request queue.
+
+use core::fmt;
+
+use crate::driver::Driver;
+use crate::queue_tags::QueueTags;
+use crate::sync::{Ordering, seqcst_pair};
+
+use super::{RequestQueue, wait_a_little};
+
+/// The usage count's frozen flag (the rest counts holders).
+const FROZEN: usize = 1 << (usize::BITS - 1);
+
+impl<D: Driver> RequestQueue<D> {
+    /// Requests of the queue allocated and not yet freed, plus callers inside it this moment
+    /// (a submission under way, a [`TagsGuard`], a timeout check).
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    /// queue.submit(Bio::new(Op::Read, 64, 8)).unwrap();
+    /// assert_eq!(queue.usage(), 2);
+    /// let held = host.driver().take();
+    /// queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok)));
+    /// assert_eq!(queue.usage(), 0);
+    /// ```
+    pub fn usage(&self) -> usize {
+        self.usage.load(Ordering::SeqCst) & !FROZEN
+    }
+
+    /// Takes a usage count unless frozen.
+    #[inline]
+    pub(super) fn enter(&self) -> bool {
+        if self.usage.fetch_add(1, Ordering::SeqCst) & FROZEN == 0 {
+            return true;
+        }
+        self.usage.fetch_sub(1, Ordering::SeqCst);
+        false
+    }
+
+    #[inline]
+    pub(super) fn exit(&self) {
+        self.usage.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Takes a usage count even while frozen (a timeout check, a drain check: work on
+    /// requests already in), unless the tags are being replaced; `None` then.
+    pub(super) fn enter_any(&self) -> Option<Exit<'_, D>> {
+        self.usage.fetch_add(1, Ordering::SeqCst);
+        seqcst_pair();
+        if self.switching.load(Ordering::SeqCst) {
+            self.exit();
+            return None;
+        }
+        Some(Exit(self))
+    }
+
+    /// Starts a freeze: new bios are refused (given back by [`submit`](Self::submit)) until
+    /// [`unfreeze`](Self::unfreeze). Nests.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    /// queue.freeze_start();
+    /// let back = queue.submit(Bio::new(Op::Read, 64, 8)).unwrap_err(); // refused, untouched
+    /// assert_eq!(back.sector, 64);
+    /// assert!(!queue.is_drained()); // the driver still holds one
+    /// queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)));
+    /// assert!(queue.is_drained());
+    /// queue.unfreeze();
+    /// assert!(queue.submit(back).is_ok());
+    /// # queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)));
+    /// ```
+    pub fn freeze_start(&self) {
+        let mut depth = self.freeze_depth.lock();
+        if *depth == 0 {
+            self.usage.fetch_or(FROZEN, Ordering::SeqCst);
+        }
+        *depth += 1;
+    }
+
+    /// Whether a started freeze has drained: no request of the queue is left.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    /// queue.freeze_start();
+    /// assert!(!queue.is_drained());
+    /// queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)));
+    /// assert!(queue.is_drained());
+    /// ```
+    pub fn is_drained(&self) -> bool {
+        self.usage.load(Ordering::SeqCst) & !FROZEN == 0
+    }
+
+    /// Freezes the queue and waits until every request in it has ended (Linux's
+    /// `blk_mq_freeze_queue`). The waiting spins; completions must come from elsewhere (other
+    /// threads, or the driver inline).
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    /// std::thread::scope(|s| {
+    ///     // The driver completes what it holds on another thread.
+    ///     s.spawn(|| {
+    ///         let held = host.driver().take();
+    ///         queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok)));
+    ///     });
+    ///     queue.freeze(); // returns once that request has ended
+    /// });
+    /// assert!(queue.is_frozen() && queue.usage() == 0);
+    /// assert!(queue.submit(Bio::new(Op::Read, 0, 8)).is_err());
+    /// queue.unfreeze();
+    /// assert!(queue.submit(Bio::new(Op::Read, 0, 8)).is_ok());
+    /// # queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)));
+    /// ```
+    pub fn freeze(&self) {
+        self.freeze_start();
+        while !self.is_drained() {
+            self.kick_requeue_list();
+            wait_a_little();
+        }
+    }
+
+    /// Undoes one freeze; the last one lets bios in again.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # struct Null;
+    /// # impl Driver for Null {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// queue.freeze();
+    /// queue.freeze();
+    /// queue.unfreeze();
+    /// assert!(queue.submit(Bio::new(Op::Read, 0, 8)).is_err()); // still frozen once
+    /// queue.unfreeze();
+    /// assert!(queue.submit(Bio::new(Op::Read, 0, 8)).is_ok());
+    /// ```
+    pub fn unfreeze(&self) {
+        let mut depth = self.freeze_depth.lock();
+        match *depth {
+            0 => {}
+            1 => {
+                *depth = 0;
+                self.usage.fetch_and(!FROZEN, Ordering::SeqCst);
+            }
+            _ => *depth -= 1,
+        }
+    }
+
+    /// Whether the queue is frozen.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # struct Null;
+    /// # impl Driver for Null {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// assert!(!queue.is_frozen());
+    /// queue.freeze_start();
+    /// assert!(queue.is_frozen());
+    /// queue.unfreeze();
+    /// assert!(!queue.is_frozen());
+    /// ```
+    pub fn is_frozen(&self) -> bool {
+        self.usage.load(Ordering::SeqCst) & FROZEN != 0
+    }
+
+    /// Freezes, waits for the queue to drain and for runners to stop, and marks the tags
+    /// as being replaced; the caller holds `change`.
+    pub(super) fn lock_out(&self) {
+        self.freeze();
+        self.quiesce();
+        self.switching.store(true, Ordering::SeqCst);
+        seqcst_pair();
+        // Readers that counted themselves in before seeing the flag leave again.
+        while !self.is_drained() {
+            wait_a_little();
+        }
+    }
+
+    pub(super) fn let_in(&self) {
+        self.switching.store(false, Ordering::SeqCst);
+        self.unquiesce();
+        self.unfreeze();
+    }
+
+    /// The queue's tags (to read their state: busy counts, the scheduler tags), held in
+    /// place while the guard lives: an elevator switch waits for it, so do not hold one
+    /// across [`switch_elevator`](Self::switch_elevator) or
+    /// [`set_nr_requests`](Self::set_nr_requests) on the same thread.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use std::sync::Mutex;
+    /// # /// Keeps every request it is given until `take` hands them back.
+    /// # struct Hold(Mutex<Vec<Rq>>);
+    /// # impl Hold {
+    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
+    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
+    /// # }
+    /// # impl Driver for Hold {
+    /// #     type Platform = StdPlatform;
+    /// #     type Payload = ();
+    /// #     fn init_request(&self, _: RequestInit) {}
+    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    /// #         self.0.lock().unwrap().push(rq);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    /// let mut busy = 0;
+    /// queue.queue_tags().for_each_busy(None, |_| {
+    ///     busy += 1;
+    ///     true
+    /// });
+    /// assert_eq!(busy, 1);
+    /// # queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)));
+    /// ```
+    pub fn queue_tags(&self) -> TagsGuard<'_, D> {
+        loop {
+            if let Some(inside) = self.enter_any() {
+                return TagsGuard(inside);
+            }
+            wait_a_little();
+        }
+    }
+}
+
+/// A usage count held; given back on drop.
+pub(super) struct Exit<'a, D: Driver>(&'a RequestQueue<D>);
+
+/// A request queue's tags, kept from being replaced while this lives
+/// ([`RequestQueue::queue_tags`]).
+///
+/// ```
+/// # use blkmq_core::*;
+/// # struct Null;
+/// # impl Driver for Null {
+/// #     type Platform = StdPlatform;
+/// #     type Payload = ();
+/// #     fn init_request(&self, _: RequestInit) {}
+/// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+/// #         cx.queue().end_request(rq, Status::Ok);
+/// #         Ok(())
+/// #     }
+/// # }
+/// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null).unwrap();
+/// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+/// # use std::collections::VecDeque;
+/// # /// First in, first out.
+/// # #[derive(Default)]
+/// # struct Fifo(VecDeque<Rq>);
+/// # impl Elevator for Fifo {
+/// #     fn name(&self) -> &'static str { "fifo" }
+/// #     fn insert_requests(&mut self, _: &ElvCx, rqs: &mut dyn Iterator<Item = Rq>, _: bool) {
+/// #         self.0.extend(rqs);
+/// #     }
+/// #     fn dispatch_request(&mut self, _: &ElvCx<'_>, _: usize) -> Option<Rq> {
+/// #         self.0.pop_front()
+/// #     }
+/// #     fn has_work(&self, _: usize) -> bool { !self.0.is_empty() }
+/// # }
+/// let tags: TagsGuard<'_, Null> = queue.queue_tags();
+/// assert!(!tags.has_scheduler());
+/// assert_eq!(tags.set().depth(), 8);
+/// drop(tags); // before the tags may change
+/// queue.switch_elevator(Some(Box::new(Fifo::default())), None).unwrap();
+/// assert!(queue.queue_tags().has_scheduler());
+/// ```
+pub struct TagsGuard<'a, D: Driver>(Exit<'a, D>);
+
+impl<D: Driver> core::ops::Deref for TagsGuard<'_, D> {
+    type Target = QueueTags<D::Payload, D::Platform>;
+
+    fn deref(&self) -> &Self::Target {
+        self.0.0.tags()
+    }
+}
+
+impl<D: Driver> fmt::Debug for TagsGuard<'_, D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("TagsGuard").finish_non_exhaustive()
+    }
+}
+
+impl<D: Driver> Drop for Exit<'_, D> {
+    fn drop(&mut self) {
+        self.0.exit();
+    }
+}
