@@ -76,7 +76,8 @@ pub use bio::{Bio, BioFlags, EndIo, IoPrio, IoPrioClass, IssuerId, Op, SECTOR_SI
 pub use driver::{Driver, HctxCx, Rejected, RqBatch, TimeoutAction};
 pub use elevator::{Elevator, ElvCx, TunableError};
 pub use error::{ConfigError, TagError};
-pub use limits::{MAX_CAPACITY, MergeKind, QueueLimits};
+pub use limits::{MAX_CAPACITY, QueueLimits};
+pub use merge::MergeKind;
 #[cfg(all(feature = "std", not(loom)))]
 pub use platform::StdPlatform;
 pub use platform::{NoPlatform, Platform};

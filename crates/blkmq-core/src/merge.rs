@@ -1,12 +1,12 @@
 //! Every merge rule: which bios and requests may merge, at the back or the front, in a
 //! plug, a software queue or through an elevator (Linux's `blk-merge.c`).
 
-use crate::bio::Bio;
+use crate::bio::{Bio, BioFlags, Op};
 use crate::elevator::ElvCx;
 use crate::limits::QueueLimits;
 use crate::platform::Platform;
 use crate::queue_tags::QueueTags;
-use crate::request::Rq;
+use crate::request::{Rq, RqIo};
 
 /// Merges `bio` into `rq` if the limits allow; true when it did.
 pub(crate) fn merge_into<T, P: Platform>(
@@ -25,4 +25,106 @@ pub(crate) fn merge_into<T, P: Platform>(
         return false;
     }
     ElvCx::new(tags, limits, 0).merge_bio(rq, *bio).is_ok()
+}
+
+/// How a bio joins a request.
+///
+/// ```
+/// use blkmq_core::MergeKind;
+/// assert_ne!(MergeKind::Back, MergeKind::Front);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MergeKind {
+    /// At the end: the bio starts where the request ends.
+    Back,
+    /// At the start: the bio ends where the request starts.
+    Front,
+}
+
+impl QueueLimits {
+    /// Whether `bio` may join a request holding `io` (same operation, priority and
+    /// direction, neither barred from merging, no flush, the result within the limits), and
+    /// at which end.
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, Bio, BioFlags, MergeKind, Op, QueueLimits, StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(4).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let queue = set.attach().unwrap();
+    /// let mut rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    /// queue.set_bio(&mut rq, Bio::new(Op::Write, 8, 8)).unwrap();
+    /// let io = queue.io(&rq).unwrap();
+    /// let limits = QueueLimits::new(1 << 20);
+    /// assert_eq!(limits.merge_kind(io, &Bio::new(Op::Write, 16, 8)), Some(MergeKind::Back));
+    /// assert_eq!(limits.merge_kind(io, &Bio::new(Op::Write, 0, 8)), Some(MergeKind::Front));
+    /// assert_eq!(limits.merge_kind(io, &Bio::new(Op::Read, 16, 8)), None);
+    /// let nomerge = Bio::new(Op::Write, 16, 8).flags(BioFlags::NOMERGE);
+    /// assert_eq!(limits.merge_kind(io, &nomerge), None);
+    /// queue.free(rq).unwrap();
+    /// ```
+    pub fn merge_kind(&self, io: &RqIo, bio: &Bio) -> Option<MergeKind> {
+        if io.nr_bios() == 0 || !mergeable(io.op(), io.flags()) || !mergeable(bio.op, bio.flags) {
+            return None;
+        }
+        if io.op() != bio.op || io.prio() != bio.prio {
+            return None;
+        }
+        let kind = if io.end_sector() == bio.sector {
+            MergeKind::Back
+        } else if bio.end_sector() == io.sector() {
+            MergeKind::Front
+        } else {
+            return None;
+        };
+        let sectors = io.sectors() + u64::from(bio.sectors);
+        if sectors > u64::from(self.max_for(bio.op)) {
+            return None;
+        }
+        let start = io.sector().min(bio.sector);
+        if u64::from(self.chunk_left(start)) < sectors {
+            return None;
+        }
+        let segments = io.segments() + self.segments(bio.op, bio.sector, bio.sectors);
+        (segments <= self.max_segments).then_some(kind)
+    }
+
+    /// Whether the request holding `next` may be appended to the one holding `io` (two
+    /// requests merging), by the same rules as [`merge_kind`](Self::merge_kind).
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, Bio, Op, QueueLimits, StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(4).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let queue = set.attach().unwrap();
+    /// let mut a = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    /// let mut b = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    /// queue.set_bio(&mut a, Bio::new(Op::Read, 0, 8)).unwrap();
+    /// queue.set_bio(&mut b, Bio::new(Op::Read, 8, 8)).unwrap();
+    /// let limits = QueueLimits::new(1 << 20);
+    /// assert!(limits.can_append(queue.io(&a).unwrap(), queue.io(&b).unwrap()));
+    /// assert!(!limits.can_append(queue.io(&b).unwrap(), queue.io(&a).unwrap()));
+    /// queue.free(a).unwrap();
+    /// queue.free(b).unwrap();
+    /// ```
+    pub fn can_append(&self, io: &RqIo, next: &RqIo) -> bool {
+        if io.nr_bios() == 0 || next.nr_bios() == 0 {
+            return false;
+        }
+        if !mergeable(io.op(), io.flags()) || !mergeable(next.op(), next.flags()) {
+            return false;
+        }
+        if io.op() != next.op() || io.prio() != next.prio() || io.end_sector() != next.sector() {
+            return false;
+        }
+        let sectors = io.sectors() + next.sectors();
+        sectors <= u64::from(self.max_for(io.op()))
+            && u64::from(self.chunk_left(io.sector())) >= sectors
+            && io.segments() + next.segments() <= self.max_segments
+    }
+}
+
+/// Whether I/O of `op` with `flags` may merge at all (Linux's `rq_mergeable` plus the
+/// bio-side flags).
+pub(crate) fn mergeable(op: Op, flags: BioFlags) -> bool {
+    op != Op::Flush && !flags.intersects(BioFlags::NOMERGE | BioFlags::PREFLUSH | BioFlags::FUA)
 }

@@ -1427,7 +1427,7 @@ fn a_timeout_fires_once_per_dispatch_when_done() {
     assert_eq!(*lock(&disk.timed_out), [tag]);
     assert_eq!(queue.check_timeouts(1100), 0);
     assert_eq!(queue.check_timeouts(1 << 40), 0);
-    assert_eq!(queue.timeouts(), 1);
+    assert_eq!(queue.timed_out(), 1);
 
     clock.set(5000);
     let held = disk.take_all();
@@ -1436,13 +1436,13 @@ fn a_timeout_fires_once_per_dispatch_when_done() {
     assert_eq!(queue.check_timeouts(5999), 0);
     assert_eq!(queue.check_timeouts(6000), 1);
     assert_eq!(queue.check_timeouts(1 << 40), 0);
-    assert_eq!(queue.timeouts(), 2);
+    assert_eq!(queue.timed_out(), 2);
     assert_eq!(lock(&disk.timed_out).len(), 2);
 
     queue.end_request(disk.take_at(0).rq, Status::Timeout);
     assert_eq!(log.ends(), [(0, Status::Timeout)]);
     assert_eq!(queue.check_timeouts(u64::MAX), 0);
-    assert_eq!(queue.timeouts(), 2);
+    assert_eq!(queue.timed_out(), 2);
 }
 
 /// A request's start stamp, and so its deadline, come from the platform's coarse clock:
@@ -1498,10 +1498,10 @@ fn reset_timer_rearms_for_a_full_timeout() {
     assert_eq!(queue.check_timeouts(3500), 1);
     assert_eq!(queue.check_timeouts(4499), 0);
     assert_eq!(queue.check_timeouts(4500), 1);
-    assert_eq!(queue.timeouts(), 4);
+    assert_eq!(queue.timed_out(), 4);
     assert_eq!(finish(&queue), 1);
     assert_eq!(queue.check_timeouts(u64::MAX), 0);
-    assert_eq!(queue.timeouts(), 4);
+    assert_eq!(queue.timed_out(), 4);
     assert_eq!(log.ends(), [(0, Status::Ok)]);
 }
 
@@ -1529,7 +1529,7 @@ fn completed_and_queued_requests_never_time_out() {
     queue.unquiesce();
     assert_eq!(finish(&queue), 1);
     assert_eq!(queue.check_timeouts(u64::MAX - 1), 0);
-    assert_eq!(queue.timeouts(), 1);
+    assert_eq!(queue.timed_out(), 1);
     assert_eq!(
         log.sorted(),
         [(0, Status::Ok), (1, Status::Timeout), (2, Status::Ok)]

@@ -1484,7 +1484,7 @@ impl<const B: bool> Harness<B> {
             prop_assert_eq!(fired, due, "queue {}: timeouts fired at {}", qi, now);
             prop_assert_eq!(told, due, "queue {}: timeouts the driver was told of", qi);
             self.timeouts[qi] += fired;
-            prop_assert_eq!(self.queues[qi].timeouts(), self.timeouts[qi] as u64);
+            prop_assert_eq!(self.queues[qi].timed_out(), self.timeouts[qi] as u64);
         }
         Ok(())
     }

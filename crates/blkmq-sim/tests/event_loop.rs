@@ -190,7 +190,7 @@ fn timeouts_are_checked_while_io_is_outstanding() {
     let report = sim.run().unwrap();
     // Expired at 1 s, then (the driver resets the timer) at 2, 3 and 4 s; it ends at 5 s.
     assert_eq!(report.stats.timeouts, 4);
-    assert_eq!(sim.queue(q).timeouts(), 4);
+    assert_eq!(sim.queue(q).timed_out(), 4);
     assert_eq!(report.workloads[0].elapsed_ns(), 5_000_000_000);
     assert_eq!(report.now_ns, 5_000_000_000); // no check after the last I/O
 }

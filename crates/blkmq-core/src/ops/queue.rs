@@ -2237,9 +2237,9 @@ impl<'q, const RQS: bool> Runner<'q, RQS> {
                 model.requeued
             );
             ensure!(
-                queue.timeouts() == model.timeouts,
+                queue.timed_out() == model.timeouts,
                 "queue {q} counts {} timeouts, {} fired",
-                queue.timeouts(),
+                queue.timed_out(),
                 model.timeouts
             );
             let allocated = {

@@ -116,7 +116,7 @@ impl<D: Driver> RequestQueue<D> {
             .complete_with(rq, status, first, |bio, status| splits.end(bio, status))
             .is_ok()
         {
-            self.exit();
+            self.put_usage();
         }
         if issued {
             self.driver().put_budget(&self.cx(hctx));
@@ -126,7 +126,7 @@ impl<D: Driver> RequestQueue<D> {
     /// Frees a request whose bios merged into another.
     pub(super) fn free_merged(&self, rq: Rq) {
         if self.tags().free(rq).is_ok() {
-            self.exit();
+            self.put_usage();
         }
     }
 

@@ -136,6 +136,6 @@ impl<D: Driver> RequestQueue<D> {
     pub(super) fn hctx_is_empty(&self, hctx: usize) -> bool {
         let h = &self.hctxs[hctx];
         h.dispatch_len.load(Ordering::SeqCst) == 0
-            && h.pending.iter().all(|w| w.load(Ordering::SeqCst) == 0)
+            && h.ctx_has_work.iter().all(|w| w.load(Ordering::SeqCst) == 0)
     }
 }

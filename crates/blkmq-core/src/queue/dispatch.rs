@@ -65,7 +65,7 @@ impl<D: Driver> RequestQueue<D> {
         // Nobody running and no run asked for: claim the runner at once (the common case,
         // one operation instead of asking and then claiming).
         let claimed = h
-            .run
+            .run_claim
             .compare_exchange(0, RUNNING, Ordering::SeqCst, Ordering::SeqCst)
             .is_ok();
         if !claimed && !self.claim_asked(h) {
@@ -78,15 +78,15 @@ impl<D: Driver> RequestQueue<D> {
     /// Asks for a run of `h` and claims its runner unless somebody runs it: whether the
     /// caller is now the runner (if not, the runner sees the request and runs again).
     fn claim_asked(&self, h: &HwCtx<D>) -> bool {
-        if h.run.fetch_or(PENDING, Ordering::SeqCst) & RUNNING != 0 {
+        if h.run_claim.fetch_or(PENDING, Ordering::SeqCst) & RUNNING != 0 {
             return false;
         }
         loop {
-            let cur = h.run.load(Ordering::SeqCst);
+            let cur = h.run_claim.load(Ordering::SeqCst);
             if cur & RUNNING != 0 || cur & PENDING == 0 {
                 return false;
             }
-            if h.run
+            if h.run_claim
                 .compare_exchange(cur, RUNNING, Ordering::SeqCst, Ordering::SeqCst)
                 .is_ok()
             {
@@ -99,7 +99,7 @@ impl<D: Driver> RequestQueue<D> {
     /// on its dispatch list, the hardware not busy, and nobody running it. The claimer
     /// checks [`halted`](Self::halted) next and ends with [`finish_run`](Self::finish_run).
     pub(super) fn claim_idle(&self, hctx: usize) -> bool {
-        !self.hctxs[hctx].busy.load(Ordering::Relaxed) && self.claim_unqueued(hctx)
+        !self.hctxs[hctx].one_at_a_time.load(Ordering::Relaxed) && self.claim_unqueued(hctx)
     }
 
     /// Claims `hctx`'s runner when nothing is on its dispatch list and nobody runs it or
@@ -108,7 +108,7 @@ impl<D: Driver> RequestQueue<D> {
     pub(super) fn claim_unqueued(&self, hctx: usize) -> bool {
         let h = &self.hctxs[hctx];
         h.dispatch_len.load(Ordering::SeqCst) == 0
-            && h.run
+            && h.run_claim
                 .compare_exchange(0, RUNNING, Ordering::SeqCst, Ordering::SeqCst)
                 .is_ok()
     }
@@ -117,13 +117,13 @@ impl<D: Driver> RequestQueue<D> {
     pub(super) fn finish_run(&self, hctx: usize) {
         let h = &self.hctxs[hctx];
         loop {
-            if h.run
+            if h.run_claim
                 .compare_exchange(RUNNING, 0, Ordering::SeqCst, Ordering::SeqCst)
                 .is_ok()
             {
                 return;
             }
-            h.run.fetch_and(!PENDING, Ordering::SeqCst);
+            h.run_claim.fetch_and(!PENDING, Ordering::SeqCst);
             self.dispatch(hctx, None);
         }
     }
@@ -212,7 +212,7 @@ impl<D: Driver> RequestQueue<D> {
         let epoch = self.host.epoch();
         let h = &self.hctxs[hctx];
         if h.dispatch_len.load(Ordering::SeqCst) != 0 {
-            let mut batch = h.scratch.lock();
+            let mut batch = h.run_batch.lock();
             {
                 let mut list = h.dispatch.lock();
                 batch.extend(list.drain(..));
@@ -227,12 +227,12 @@ impl<D: Driver> RequestQueue<D> {
             self.dispatch_elevator(hctx, epoch, now);
             return;
         }
-        let mut batch = h.scratch.lock();
-        if h.busy.load(Ordering::Relaxed) {
+        let mut batch = h.run_batch.lock();
+        if h.one_at_a_time.load(Ordering::Relaxed) {
             // One at a time, round robin over the CPUs, while the hardware is busy.
             loop {
                 if !self.take_one(hctx, &mut batch) {
-                    h.busy.store(false, Ordering::Relaxed);
+                    h.one_at_a_time.store(false, Ordering::Relaxed);
                     return;
                 }
                 if !self.issue_batch(hctx, &mut batch, epoch, None, false) {
@@ -249,7 +249,7 @@ impl<D: Driver> RequestQueue<D> {
     /// Moves every request of `hctx`'s software queues into `batch`.
     fn take_all(&self, hctx: usize, batch: &mut VecDeque<Rq>) {
         let h = &self.hctxs[hctx];
-        for (w, word) in h.pending.iter().enumerate() {
+        for (w, word) in h.ctx_has_work.iter().enumerate() {
             let mut bits = word.swap(0, Ordering::SeqCst);
             while bits != 0 {
                 let pos = w * 64 + bits.trailing_zeros() as usize;
@@ -267,14 +267,14 @@ impl<D: Driver> RequestQueue<D> {
         for i in 0..n {
             let pos = (start + i) % n;
             let bit = 1u64 << (pos % 64);
-            if h.pending[pos / 64].load(Ordering::SeqCst) & bit == 0 {
+            if h.ctx_has_work[pos / 64].load(Ordering::SeqCst) & bit == 0 {
                 continue;
             }
-            h.pending[pos / 64].fetch_and(!bit, Ordering::SeqCst);
+            h.ctx_has_work[pos / 64].fetch_and(!bit, Ordering::SeqCst);
             let mut list = self.ctxs[h.ctxs[pos]].list.lock();
             if let Some(rq) = list.pop_front() {
                 if !list.is_empty() {
-                    h.pending[pos / 64].fetch_or(bit, Ordering::SeqCst);
+                    h.ctx_has_work[pos / 64].fetch_or(bit, Ordering::SeqCst);
                 }
                 drop(list);
                 batch.push_back(rq);

@@ -1,6 +1,27 @@
 //! Hosts and request queues: software and hardware contexts, submission, plugging,
 //! merging, dispatch, restart, completion, requeue, quiesce, freeze and timeouts.
 //!
+//! The [`RequestQueue`] type is here; each concern of it has a file of its own:
+//!
+//! | file | what | Linux |
+//! |---|---|---|
+//! | `host.rs` | [`Host`]: the driver, its tag set, the queues' registry | `blk_mq_tag_set` |
+//! | `config.rs` | [`QueueConfig`]: how a queue is made | `blk_mq_init_queue` |
+//! | `usage.rs` | the usage reference, freeze, [`TagsGuard`] | `blk-core.c` (`q_usage_counter`) |
+//! | `quiesce.rs` | quiesce, stopping one hardware queue | `blk-mq.c` (quiesce) |
+//! | `deactivate.rs` | hardware queues whose CPUs went away | `blk-mq.c` (CPU hotplug) |
+//! | `submit.rs` | the one way a bio goes in | `blk_mq_submit_bio` |
+//! | `plug.rs` | [`Plug`] and how a flushed plug is issued | `blk_plug`, `blk_mq_flush_plug_list` |
+//! | `dispatch.rs` | runs, the run claim, issuing to the driver | `blk_mq_run_hw_queue`, `blk_mq_dispatch_rq_list` |
+//! | `sched.rs` | every call into the elevator | `blk-mq-sched.c` |
+//! | `restart.rs` | [`RestartSet`], giving up and restarting, kicks | `blk-mq-sched.c` (restart) |
+//! | `complete.rs` | ending requests, polling | `blk_mq_end_request`, `blk_mq_poll` |
+//! | `requeue.rs` | the requeue list | `blk_mq_requeue_request` |
+//! | `timeout.rs` | deadlines | `blk-timeout.c` |
+//! | `runtime.rs` | changes at run time | `blk_mq_update_nr_requests` |
+//!
+//! Which bios and requests may merge is in `merge.rs`, beside the queue.
+//!
 //! # Restart
 //!
 //! A hardware queue that gives up dispatching (the driver said [`Status::Resource`], the
@@ -51,6 +72,8 @@ mod restart;
 mod runtime;
 mod sched;
 mod submit;
+#[cfg(all(test, feature = "std", not(loom)))]
+mod tests;
 mod timeout;
 mod usage;
 
@@ -77,32 +100,61 @@ const EPOCH_ONE: u64 = 1 << EPOCH_SHIFT;
 /// The `flight` word's count of requests in the driver (far above any tag space).
 const IN_DRIVER: u64 = EPOCH_ONE - 1;
 
-/// A hardware context.
+/// A hardware context: one hardware queue of a request queue, and its dispatch.
+///
+/// # Invariants
+///
+/// * The run claim (`run_claim`): at most one thread, the runner, holds [`RUNNING`] and
+///   dispatches the hardware queue; only the runner takes from `dispatch`, `run_batch` and
+///   the software queues' lists for this hardware queue, or calls the driver's `queue_rq`
+///   on it. A run asked for while a runner holds the claim sets [`PENDING`], and the
+///   runner dispatches again before it lets the claim go (`finish_run`), so no run asked
+///   for is lost.
+/// * `dispatch_len` is the length of `dispatch`, stored under `dispatch`'s lock after
+///   every change.
+/// * A software context whose list holds requests has its bit in `ctx_has_work` set, or
+///   its pusher is about to set it (after the push) and then runs the hardware queue; a
+///   runner clears a bit before it takes from the list, so no request is left unseen.
+/// * `run_batch` is empty whenever no runner holds the claim: a runner that gives up puts
+///   what it holds back on `dispatch` (`put_back`).
 struct HwCtx<D: Driver> {
-    run: AtomicU32,
+    /// [`RUNNING`] while a runner holds the claim, [`PENDING`] when a run was asked for
+    /// since it last looked.
+    run_claim: AtomicU32,
     /// Stopped by the driver ([`RequestQueue::stop_hw_queue`]).
     stopped: AtomicBool,
     /// Its CPUs are gone: no new requests are made for it.
     inactive: AtomicBool,
     /// Requests to issue before anything else (given back, requeued, flushes).
     dispatch: Lock<D, VecDeque<Rq>>,
+    /// `dispatch`'s length, read without its lock.
     dispatch_len: AtomicUsize,
-    /// The software contexts mapped here (indices into the queue's), and which have work.
+    /// The software contexts mapped here (indices into the queue's).
     ctxs: Box<[usize]>,
-    pending: Box<[AtomicU64]>,
+    /// A bit per entry of `ctxs`: the software context has requests queued.
+    ctx_has_work: Box<[AtomicU64]>,
     /// Where a one-at-a-time pass starts next.
     next_ctx: AtomicUsize,
-    /// The driver gave up recently: take one request at a time, round robin.
-    busy: AtomicBool,
-    /// The runner's batch.
-    scratch: Lock<D, VecDeque<Rq>>,
+    /// The driver gave up recently: take one request at a time, round robin over the
+    /// software contexts, until they are empty.
+    one_at_a_time: AtomicBool,
+    /// The runner's batch (room made once, not per run).
+    run_batch: Lock<D, VecDeque<Rq>>,
 }
 
-/// A software context: one CPU's requests of one queue type.
+/// A software context: one CPU's requests of one queue type, for one hardware queue.
+///
+/// # Invariants
+///
+/// * Mapped (`pos != usize::MAX`), every request on `list` was made for hardware queue
+///   `hctx`, and `pos` is the context's index in that hardware context's `ctxs` (its bit
+///   in `ctx_has_work`). Unmapped contexts (a queue type the maps leave out) hold nothing.
 struct SwCtx<D: Driver> {
+    /// Requests queued here, oldest first.
     list: Lock<D, VecDeque<Rq>>,
+    /// The hardware queue it feeds.
     hctx: usize,
-    /// Its bit in the hardware context's `pending`.
+    /// Its bit in the hardware context's `ctx_has_work`; `usize::MAX` when unmapped.
     pos: usize,
 }
 
@@ -159,14 +211,14 @@ pub struct RequestQueue<D: Driver> {
     /// Freeze depth; changing it and the frozen flag together.
     freeze_depth: Lock<D, usize>,
     /// Held across run-time changes (elevator, `nr_requests`).
-    change: Lock<D, ()>,
+    change_lock: Lock<D, ()>,
     /// Set while the tags are being replaced: readers that may run frozen back off.
     switching: AtomicBool,
 
     quiesced: AtomicUsize,
     requeue: Lock<D, VecDeque<Rq>>,
     splits: SplitPool<Raw<D>>,
-    timeouts: AtomicU64,
+    timed_out: AtomicU64,
 }
 
 // SAFETY: the `UnsafeCell` around the tags is written only while no other thread can reach
@@ -231,18 +283,18 @@ impl<D: Driver> RequestQueue<D> {
         let hctxs = per_hctx
             .into_iter()
             .map(|ctxs| HwCtx {
-                run: AtomicU32::new(0),
+                run_claim: AtomicU32::new(0),
                 stopped: AtomicBool::new(false),
                 inactive: AtomicBool::new(false),
                 dispatch: lock_api::Mutex::new(VecDeque::with_capacity(capacity)),
                 dispatch_len: AtomicUsize::new(0),
-                pending: (0..ctxs.len().div_ceil(64))
+                ctx_has_work: (0..ctxs.len().div_ceil(64))
                     .map(|_| AtomicU64::new(0))
                     .collect(),
                 ctxs: ctxs.into_boxed_slice(),
                 next_ctx: AtomicUsize::new(0),
-                busy: AtomicBool::new(false),
-                scratch: lock_api::Mutex::new(VecDeque::with_capacity(capacity)),
+                one_at_a_time: AtomicBool::new(false),
+                run_batch: lock_api::Mutex::new(VecDeque::with_capacity(capacity)),
             })
             .collect();
         let mut slots = host.queues.lock();
@@ -269,12 +321,12 @@ impl<D: Driver> RequestQueue<D> {
             kicked: RestartSet::new(nr_hw)?,
             usage: AtomicUsize::new(0),
             freeze_depth: lock_api::Mutex::new(0),
-            change: lock_api::Mutex::new(()),
+            change_lock: lock_api::Mutex::new(()),
             switching: AtomicBool::new(false),
             quiesced: AtomicUsize::new(0),
             requeue: lock_api::Mutex::new(VecDeque::with_capacity(capacity)),
             splits: SplitPool::new(2 * capacity),
-            timeouts: AtomicU64::new(0),
+            timed_out: AtomicU64::new(0),
         });
         slots[slot] = Some(Arc::downgrade(&queue));
         Ok(queue)
@@ -550,7 +602,7 @@ impl<D: Driver> Drop for RequestQueue<D> {
         orphans.extend(self.requeue.get_mut().drain(..));
         for h in self.hctxs.iter_mut() {
             orphans.extend(h.dispatch.get_mut().drain(..));
-            orphans.extend(h.scratch.get_mut().drain(..));
+            orphans.extend(h.run_batch.get_mut().drain(..));
         }
         for ctx in self.ctxs.iter_mut() {
             orphans.extend(ctx.list.get_mut().drain(..));

@@ -133,7 +133,7 @@ pub const PLUG_FLUSH_BYTES: u64 = 128 * 1024;
 pub struct Plug<'q, D: Driver> {
     rqs: Vec<(&'q RequestQueue<D>, Rq)>,
     multiple_queues: bool,
-    scratch: VecDeque<Rq>,
+    flush_batch: VecDeque<Rq>,
 }
 
 impl<'q, D: Driver> Default for Plug<'q, D> {
@@ -164,7 +164,7 @@ impl<'q, D: Driver> Plug<'q, D> {
         Self {
             rqs: Vec::with_capacity(PLUG_MAX_MULTI),
             multiple_queues: false,
-            scratch: VecDeque::with_capacity(PLUG_MAX_MULTI),
+            flush_batch: VecDeque::with_capacity(PLUG_MAX_MULTI),
         }
     }
 
@@ -231,8 +231,9 @@ impl<'q, D: Driver> Plug<'q, D> {
     /// Merges `bio` into the plug's newest request of its queue, as Linux does: what a
     /// plug holds goes to the device in order, so a bio that can merge almost always
     /// follows the request it merges with, and one try per bio keeps the merge check from
-    /// being the dearest step of a submission.
-    pub(super) fn try_merge(&mut self, queue: &RequestQueue<D>, bio: Bio) -> Result<(), Bio> {
+    /// being the dearest step of a submission. Whether it did (else the bio is still the
+    /// caller's).
+    pub(super) fn try_merge(&mut self, queue: &RequestQueue<D>, bio: &Bio) -> bool {
         // One queue in the plug: its newest request is the last. Several: the newest of
         // this one.
         let newest = if self.multiple_queues {
@@ -246,21 +247,17 @@ impl<'q, D: Driver> Plug<'q, D> {
                 .filter(|(q, _)| core::ptr::eq(*q, queue))
         };
         let Some((_, rq)) = newest else {
-            return Err(bio);
+            return false;
         };
         let tags = queue.tags();
         if queue.has_elevator.load(Ordering::Relaxed) {
             if let Some(e) = queue.elevator.lock().as_ref() {
-                if !tags.io(rq).is_ok_and(|io| e.allow_merge(io, &bio)) {
-                    return Err(bio);
+                if !tags.io(rq).is_ok_and(|io| e.allow_merge(io, bio)) {
+                    return false;
                 }
             }
         }
-        if crate::merge::merge_into(tags, &queue.limits, rq, &bio) {
-            Ok(())
-        } else {
-            Err(bio)
-        }
+        crate::merge::merge_into(tags, &queue.limits, rq, bio)
     }
 
     /// Adds a fresh request, flushing first when the plug is full or its last request large.
@@ -331,9 +328,9 @@ impl<'q, D: Driver> Plug<'q, D> {
                 .position(|(q, _)| !core::ptr::eq(*q, queue))
                 .unwrap_or(self.rqs.len());
             for (_, rq) in self.rqs.drain(..run) {
-                self.scratch.push_back(rq);
+                self.flush_batch.push_back(rq);
             }
-            queue.flush_plugged(&mut self.scratch);
+            queue.flush_plugged(&mut self.flush_batch);
         }
         self.multiple_queues = false;
     }
@@ -361,14 +358,9 @@ impl<D: Driver> RequestQueue<D> {
             let mut last_hctx = usize::MAX;
             while let Some(rq) = rqs.pop_front() {
                 let hctx = self.request(&rq).map_or(0, |r| r.hctx());
-                if self.io(&rq).is_some_and(|io| io.op() == Op::Flush) {
-                    self.push_dispatch(hctx, rq, false);
-                } else {
-                    let cx = self.elv_cx();
-                    if let Some(e) = self.elevator.lock().as_mut() {
-                        e.insert_request(&cx, rq, false);
-                    }
-                }
+                // Flushes bypass the elevator.
+                let flush = self.io(&rq).is_some_and(|io| io.op() == Op::Flush);
+                self.insert(rq, hctx, !flush, false);
                 if hctx != last_hctx && last_hctx != usize::MAX {
                     self.run_hw_queue(last_hctx);
                 }
@@ -435,7 +427,7 @@ impl<D: Driver> RequestQueue<D> {
                 return;
             }
             let epoch = self.host.epoch();
-            let mut batch = h.scratch.lock();
+            let mut batch = h.run_batch.lock();
             // The first is known to belong; each later one is looked at once.
             while rqs
                 .front()
@@ -470,7 +462,7 @@ impl<D: Driver> RequestQueue<D> {
             }
             let cx = self.cx(hctx);
             let epoch = self.host.epoch();
-            let mut batch = h.scratch.lock();
+            let mut batch = h.run_batch.lock();
             let mut no_budget = false;
             // Nothing runs between the starts: one read of the clock serves them all.
             let now = self.platform().coarse_now_ns();

@@ -151,7 +151,7 @@ impl<D: Driver> RequestQueue<D> {
 
     fn wait_runs(&self) {
         for hctx in self.hctxs.iter() {
-            while hctx.run.load(Ordering::SeqCst) & RUNNING != 0 {
+            while hctx.run_claim.load(Ordering::SeqCst) & RUNNING != 0 {
                 wait_a_little();
             }
         }

@@ -110,14 +110,8 @@ impl<D: Driver> RequestQueue<D> {
             let hctx = tags.request(&rq).map_or(0, |r| r.hctx());
             let elevated = self.has_elevator.load(Ordering::Relaxed)
                 && tags.io(&rq).is_ok_and(|io| io.op() != Op::Flush);
-            if elevated {
-                let cx = self.elv_cx();
-                if let Some(e) = self.elevator.lock().as_mut() {
-                    e.insert_request(&cx, rq, true);
-                }
-            } else {
-                self.push_dispatch(hctx, rq, false);
-            }
+            // Ahead of what the elevator holds: it was issued once already.
+            self.insert(rq, hctx, elevated, true);
             self.run_hw_queue(hctx);
         }
     }

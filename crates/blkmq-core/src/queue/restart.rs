@@ -212,14 +212,14 @@ impl<D: Driver> RequestQueue<D> {
     ) {
         self.put_back(hctx, batch);
         let h = &self.hctxs[hctx];
-        h.busy.store(true, Ordering::Relaxed);
+        h.one_at_a_time.store(true, Ordering::Relaxed);
         self.restart.mark(hctx);
         self.host.restart.mark(self.slot);
         seqcst_pair();
         if self.host.epoch() != epoch {
             // A completion came in after we read the epoch; it may have drained before our
             // mark. Go round again ourselves.
-            h.run.fetch_or(PENDING, Ordering::SeqCst);
+            h.run_claim.fetch_or(PENDING, Ordering::SeqCst);
         } else if self.host.driver_idle() {
             // Nothing in flight can complete and restart us: have the platform run us.
             let _ = status;
@@ -231,6 +231,15 @@ impl<D: Driver> RequestQueue<D> {
 const BITS: usize = 64;
 
 /// A set of hardware queue indices waiting to be run again, for the completion path.
+///
+/// # Invariants
+///
+/// * A marked index has its bit set in its leaf word and, above it, a bit set in every
+///   level up to the root, or a drain has taken it (cleared its leaf bit) since the mark.
+///   A mark writes the root last, so a drain that reads the root after a mark's last write
+///   finds the mark.
+/// * A parent bit may be set over a word that holds none (a drain cleared below it after
+///   a mark set it again): that costs a look, never a lost mark.
 ///
 /// ```
 /// use blkmq_core::RestartSet;

@@ -51,7 +51,7 @@ impl<D: Driver> RequestQueue<D> {
     /// assert!(queue.set_nr_requests(64).is_err()); // more than were made
     /// ```
     pub fn set_nr_requests(&self, nr: usize) -> Result<(), ConfigError> {
-        let _change = self.change.lock();
+        let _change = self.change_lock.lock();
         if !self.has_elevator.load(Ordering::SeqCst) {
             return Err(ConfigError::NoScheduler);
         }
@@ -76,7 +76,7 @@ impl<D: Driver> RequestQueue<D> {
         grow(&mut self.requeue.lock());
         for h in self.hctxs.iter() {
             grow(&mut h.dispatch.lock());
-            grow(&mut h.scratch.lock());
+            grow(&mut h.run_batch.lock());
         }
         for ctx in self.ctxs.iter().filter(|c| c.pos != usize::MAX) {
             grow(&mut ctx.list.lock());

@@ -11,7 +11,10 @@ use crate::request::{Rq, RqIo};
 use crate::sync::Ordering;
 
 use super::dispatch::Issued;
+use super::plug::Plug;
 use super::restart::RESOURCE_DELAY_NS;
+use super::usage::UsageRef;
+use crate::queue_tags::Alloc;
 
 use super::RequestQueue;
 
@@ -183,22 +186,84 @@ impl<D: Driver> RequestQueue<D> {
         }
     }
 
-    /// Merges `bio` into a queued request through the elevator; a refused merge also looks
-    /// up the bio's depth limit (into `shallow`) under the same lock, for the allocation
-    /// that follows.
-    pub(super) fn try_elevator_merge(
-        &self,
-        bio: Bio,
-        shallow: &mut Option<Option<usize>>,
-    ) -> Result<(), Bio> {
+    /// The elevator's part of a submission: with the usage reference `usage` held for
+    /// `bio` (`segments` data segments; `mergeable`: it may merge), under one hold of the
+    /// elevator's lock, the elevator merges it, or a request is allocated for it (without
+    /// waiting: a scheduler tag is a bit taken from a bitmap), prepared and inserted, the
+    /// hardware queue's runner claimed and its first pick made on an idle one; then, the
+    /// lock let go, `hctx` runs. With a `plug`, the prepared request goes there instead.
+    ///
+    /// What came of the bio; or `usage` and the bio back, for the submission to go on as
+    /// without an elevator, when the elevator is gone.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn elevator_submit<'q>(
+        &'q self,
+        usage: UsageRef<'q, D>,
+        mut bio: Bio,
+        segments: u32,
+        mergeable: bool,
+        cpu: usize,
+        hctx: usize,
+        plug: Option<&mut Plug<'q, D>>,
+    ) -> Result<Result<(), Bio>, (UsageRef<'q, D>, Bio)> {
+        let tags = self.tags();
         let cx = self.elv_cx();
         let mut guard = self.elevator.lock();
-        match guard.as_mut() {
-            Some(e) => e.bio_merge(&cx, bio).inspect_err(|bio| {
-                *shallow = Some(e.limit_depth(bio.op, bio.flags));
-            }),
-            None => Err(bio),
+        let Some(e) = guard.as_mut() else {
+            return Err((usage, bio));
+        };
+        if mergeable {
+            match e.bio_merge(&cx, bio) {
+                Ok(()) => {
+                    drop(guard);
+                    drop(usage);
+                    return Ok(Ok(()));
+                }
+                Err(back) => bio = back,
+            }
         }
+        let mut alloc = Alloc::new(hctx, cpu);
+        alloc.shallow_depth = e.limit_depth(bio.op, bio.flags);
+        let mut rq = match tags.alloc_with_bio(&alloc, bio, segments) {
+            Ok(rq) => rq,
+            Err((error, bio)) => {
+                drop(guard);
+                return Ok(self.alloc_failed(usage, error, bio));
+            }
+        };
+        // INVARIANT: the request holds the usage reference until it is freed.
+        usage.hand_to_request();
+        e.prepare_request(&cx, &mut rq);
+        if let Some(plug) = plug {
+            drop(guard);
+            plug.add(self, rq);
+            return Ok(Ok(()));
+        }
+        // Prepared, inserted and, on an idle hardware queue, dispatched under one hold.
+        e.insert_request(&cx, rq, false);
+        let claim = self.claim_and_pick(&mut **e, &cx, hctx);
+        drop(guard);
+        self.run_after_insert(hctx, claim, &cx);
+        Ok(Ok(()))
+    }
+
+    /// Inserts `rq`, made for `hctx`, where it waits for dispatch (Linux's
+    /// `blk_mq_sched_insert_request`): into the elevator when `elevated` (the queue has one
+    /// and `rq` is no flush; `at_head`: ahead of what it holds, for a requeued request),
+    /// else, or should the elevator be gone, at the tail of `hctx`'s dispatch list. The
+    /// caller runs `hctx`.
+    pub(super) fn insert(&self, rq: Rq, hctx: usize, elevated: bool, at_head: bool) {
+        if elevated {
+            let cx = self.elv_cx();
+            let mut guard = self.elevator.lock();
+            if let Some(e) = guard.as_mut() {
+                e.insert_request(&cx, rq, at_head);
+                return;
+            }
+            // The elevator went away under us (it cannot: switching drains the queue
+            // first): the request still waits, on the dispatch list.
+        }
+        self.push_dispatch(hctx, rq, false);
     }
 
     /// The elevator's part of a run of `hctx`: requests one at a time, each taken under one
@@ -241,7 +306,7 @@ impl<D: Driver> RequestQueue<D> {
         let (rq, more, time) = match pick {
             Pick::Empty => return false,
             Pick::NoBudget => {
-                self.give_up(hctx, &mut h.scratch.lock(), epoch, Status::Resource);
+                self.give_up(hctx, &mut h.run_batch.lock(), epoch, Status::Resource);
                 return false;
             }
             Pick::Held => {
@@ -253,7 +318,13 @@ impl<D: Driver> RequestQueue<D> {
                 let delay = self
                     .next_timer()
                     .map_or(RESOURCE_DELAY_NS, |at| at.saturating_sub(now));
-                self.give_up_for(hctx, &mut h.scratch.lock(), epoch, Status::Resource, delay);
+                self.give_up_for(
+                    hctx,
+                    &mut h.run_batch.lock(),
+                    epoch,
+                    Status::Resource,
+                    delay,
+                );
                 return false;
             }
             Pick::Got { rq, more, time } => (rq, more, time),
@@ -271,7 +342,7 @@ impl<D: Driver> RequestQueue<D> {
         match self.issue_one(hctx, hctx, rq, true, Some(hctx), time) {
             Issued::Queued | Issued::Ended => more,
             Issued::GaveUp(rq, status) => {
-                let mut batch = h.scratch.lock();
+                let mut batch = h.run_batch.lock();
                 batch.push_back(rq);
                 self.give_up(hctx, &mut batch, epoch, status);
                 false
@@ -364,7 +435,7 @@ impl<D: Driver> RequestQueue<D> {
         elevator: Option<Box<dyn Elevator>>,
         nr_requests: Option<usize>,
     ) -> Result<(), ConfigError> {
-        let _change = self.change.lock();
+        let _change = self.change_lock.lock();
         self.lock_out();
         // SAFETY: the change lock makes us the only changer; frozen with no usage left,
         // quiesced with no runner and `switching` set (all waited for in `lock_out`),

@@ -11,6 +11,7 @@ use crate::sync::Ordering;
 
 use super::dispatch::Issued;
 use super::plug::Plug;
+use super::usage::UsageRef;
 
 use super::{RequestQueue, SwCtx, wait_a_little};
 
@@ -185,10 +186,7 @@ impl<D: Driver> RequestQueue<D> {
     fn submit_inner<'q>(&'q self, bio: Bio, mut plug: Option<&mut Plug<'q, D>>) -> Result<(), Bio> {
         // The common bio in a few steps: no piece of a split, valid, one request whole.
         if !bio.flags.contains(BioFlags::SPLIT) && self.limits.fits_whole(&bio) {
-            return match plug {
-                None if !self.has_elevator.load(Ordering::Relaxed) => self.submit_direct(&bio),
-                plug => self.submit_one(&bio, plug),
-            };
+            return self.submit_one(&bio, true, plug);
         }
         let piece = self.splits.is_piece(&bio);
         if !piece {
@@ -199,7 +197,7 @@ impl<D: Driver> RequestQueue<D> {
         }
         let len = self.split_len(&bio);
         if len >= bio.sectors {
-            return self.submit_one(&bio, plug.as_deref_mut());
+            return self.submit_one(&bio, false, plug.as_deref_mut());
         }
         let mut rest = if piece { bio } else { self.splits.start(bio)? };
         // Whether part of the parent is in: then only the rest can come back.
@@ -207,10 +205,10 @@ impl<D: Driver> RequestQueue<D> {
         loop {
             let len = self.split_len(&rest);
             if len >= rest.sectors {
-                return self.submit_one(&rest, plug.as_deref_mut());
+                return self.submit_one(&rest, false, plug.as_deref_mut());
             }
             let (first, tail) = self.splits.cut(rest, len);
-            match self.submit_one(&first, plug.as_deref_mut()) {
+            match self.submit_one(&first, false, plug.as_deref_mut()) {
                 Ok(()) => {
                     rest = tail;
                     any_in = true;
@@ -232,244 +230,133 @@ impl<D: Driver> RequestQueue<D> {
         self.limits.split_len(bio).max(block.min(bio.sectors))
     }
 
-    /// [`submit_one`](Self::submit_one) for the common submission: a read or write that
-    /// fits one request whole ([`QueueLimits::fits_whole`]), with no plug and no elevator,
-    /// the whole way in one frame (with an elevator after all, the general way).
-    fn submit_direct(&self, bio: &Bio) -> Result<(), Bio> {
+    /// Submits a bio that fits one request (`whole`: it fits whole,
+    /// [`QueueLimits::fits_whole`](crate::QueueLimits::fits_whole), so it has one data
+    /// segment): the one way in, in this order, each step an early exit.
+    ///
+    /// 1. A usage reference, or the bio comes back (frozen).
+    /// 2. A hardware queue, or the bio ends with an I/O error (none active).
+    /// 3. Without an elevator or a plug (the common submission): a merge into the CPU's
+    ///    software queue, else a request issued at once on an idle hardware queue.
+    /// 4. A merge into the plug's newest request of this queue.
+    /// 5. With an elevator: its merge, else a request allocated, prepared and inserted,
+    ///    all under one hold of its lock ([`elevator_submit`](Self::elevator_submit)).
+    /// 6. Without one: a merge into the software queue; then a request, into the plug, or
+    ///    inserted and its hardware queue run.
+    ///
+    /// The usage reference is a guard: every exit before a request is made lets it go, and
+    /// a request made takes it over.
+    fn submit_one<'q>(
+        &'q self,
+        bio: &Bio,
+        whole: bool,
+        mut plug: Option<&mut Plug<'q, D>>,
+    ) -> Result<(), Bio> {
         // The bio is read field by field here and copied only after `enter`'s locked
         // operation: a caller that has just built it has stores in flight, and a wide copy
         // of them would wait for them.
-        if !self.enter() {
+        let Some(usage) = self.enter() else {
             return Err(*bio);
-        }
-        // Again with the usage count held: an elevator switch freezes the queue first, so
-        // one that came in since the caller looked shows now.
-        if self.has_elevator.load(Ordering::Relaxed) {
-            self.exit();
-            return self.submit_one(bio, None);
-        }
+        };
         let Some((cpu, hctx, kind)) = self.place(bio) else {
-            self.exit();
+            drop(usage);
             self.splits.end(*bio, Status::IoErr);
             return Ok(());
         };
-        if crate::limits::mergeable(bio.op, bio.flags) && self.try_ctx_merge(cpu, kind, bio) {
-            self.exit();
+        let mergeable = crate::merge::mergeable(bio.op, bio.flags);
+        // Read with the usage reference held: an elevator switch freezes the queue first,
+        // so one that came in since the caller looked shows now. Flushes bypass it.
+        let elevated = self.has_elevator.load(Ordering::Relaxed) && bio.op != Op::Flush;
+        let segments = if whole {
+            // One data segment: `fits_whole` said so.
+            debug_assert_eq!(self.limits.segments(bio.op, bio.sector, bio.sectors), 1);
+            1
+        } else {
+            self.limits.segments(bio.op, bio.sector, bio.sectors)
+        };
+        if !elevated && plug.is_none() {
+            if mergeable && self.try_ctx_merge(cpu, kind, bio) {
+                return Ok(());
+            }
+            let rq = match self
+                .tags()
+                .alloc_with_bio(&Alloc::new(hctx, cpu), *bio, segments)
+            {
+                Ok(rq) => rq,
+                Err((e, bio)) => return self.alloc_failed(usage, e, bio),
+            };
+            // INVARIANT: the request holds the usage reference until it is freed.
+            usage.hand_to_request();
+            if bio.op == Op::Flush {
+                self.insert(rq, hctx, false, false);
+                self.run_hw_queue(hctx);
+            } else {
+                self.issue_direct(rq, cpu, hctx, kind);
+            }
             return Ok(());
         }
-        // One data segment: `fits_whole` said so.
-        debug_assert_eq!(self.limits.segments(bio.op, bio.sector, bio.sectors), 1);
-        match self.tags().alloc_with_bio(&Alloc::new(hctx, cpu), *bio, 1) {
-            Ok(rq) => {
-                self.issue_direct(rq, cpu, hctx, kind);
-                Ok(())
+        if mergeable {
+            if let Some(plug) = plug.as_deref_mut() {
+                if plug.try_merge(self, bio) {
+                    return Ok(());
+                }
             }
-            Err((e, bio)) => self.alloc_failed(e, bio),
         }
+        let (usage, bio) = if elevated {
+            match self.elevator_submit(
+                usage,
+                *bio,
+                segments,
+                mergeable,
+                cpu,
+                hctx,
+                plug.as_deref_mut(),
+            ) {
+                Ok(done) => return done,
+                // The elevator went away under us (it cannot: switching freezes first).
+                Err(back) => back,
+            }
+        } else {
+            if mergeable && self.try_ctx_merge(cpu, kind, bio) {
+                return Ok(());
+            }
+            (usage, *bio)
+        };
+        let rq = match self
+            .tags()
+            .alloc_with_bio(&Alloc::new(hctx, cpu), bio, segments)
+        {
+            Ok(rq) => rq,
+            Err((e, bio)) => return self.alloc_failed(usage, e, bio),
+        };
+        // INVARIANT: the request holds the usage reference until it is freed.
+        usage.hand_to_request();
+        match plug {
+            Some(plug) => plug.add(self, rq),
+            None => {
+                self.insert(rq, hctx, elevated, false);
+                self.run_hw_queue(hctx);
+            }
+        }
+        Ok(())
     }
 
-    /// With the usage count held, no request could be had for `bio`: without one free it
-    /// comes back to be submitted again; on any other error it ends with an I/O error.
+    /// With the usage reference `usage` held, no request could be had for `bio`: without
+    /// one free it comes back to be submitted again; on any other error it ends with an
+    /// I/O error.
     #[cold]
-    fn alloc_failed(&self, error: TagError, bio: Bio) -> Result<(), Bio> {
-        self.exit();
+    pub(super) fn alloc_failed(
+        &self,
+        usage: UsageRef<'_, D>,
+        error: TagError,
+        bio: Bio,
+    ) -> Result<(), Bio> {
+        drop(usage);
         if error == TagError::WouldBlock {
             return Err(bio);
         }
         self.splits.end(bio, Status::IoErr);
         Ok(())
-    }
-
-    /// Submits a bio that fits one request.
-    fn submit_one<'q>(&'q self, bio: &Bio, mut plug: Option<&mut Plug<'q, D>>) -> Result<(), Bio> {
-        // Copied whole only after `enter`'s locked operation (see `submit_direct`).
-        if !self.enter() {
-            return Err(*bio);
-        }
-        let Some((cpu, hctx, kind)) = self.place(bio) else {
-            self.exit();
-            self.splits.end(*bio, Status::IoErr);
-            return Ok(());
-        };
-        // The elevator's depth limit for this bio, once looked up.
-        let mut shallow = None;
-        let mut bio = *bio;
-        if crate::limits::mergeable(bio.op, bio.flags) {
-            if let Some(plug) = plug.as_deref_mut() {
-                match plug.try_merge(self, bio) {
-                    Ok(()) => {
-                        self.exit();
-                        return Ok(());
-                    }
-                    Err(back) => bio = back,
-                }
-            }
-            if self.has_elevator.load(Ordering::Relaxed) {
-                if plug.is_none() && bio.op != Op::Flush {
-                    return self.merge_or_insert(bio, cpu, hctx, kind);
-                }
-                match self.try_elevator_merge(bio, &mut shallow) {
-                    Ok(()) => {
-                        self.exit();
-                        return Ok(());
-                    }
-                    Err(back) => bio = back,
-                }
-            } else if self.try_ctx_merge(cpu, kind, &bio) {
-                self.exit();
-                return Ok(());
-            }
-        }
-        self.alloc_and_go(bio, cpu, hctx, kind, plug, shallow)
-    }
-
-    /// With the usage count held, no plug, and an elevator: the elevator merges `bio`, or
-    /// a request is allocated for it (without waiting), prepared and inserted, all under
-    /// one hold of the elevator's lock; then the hardware queue runs. With no scheduler tag
-    /// free, the lock is let go and [`alloc_and_go`](Self::alloc_and_go) decides.
-    fn merge_or_insert(
-        &self,
-        bio: Bio,
-        cpu: usize,
-        hctx: usize,
-        kind: QueueType,
-    ) -> Result<(), Bio> {
-        let tags = self.tags();
-        let cx = self.elv_cx();
-        let mut guard = self.elevator.lock();
-        let Some(e) = guard.as_mut() else {
-            drop(guard);
-            return self.alloc_and_go(bio, cpu, hctx, kind, None, None);
-        };
-        let bio = match e.bio_merge(&cx, bio) {
-            Ok(()) => {
-                drop(guard);
-                self.exit();
-                return Ok(());
-            }
-            Err(bio) => bio,
-        };
-        let shallow = e.limit_depth(bio.op, bio.flags);
-        let mut alloc = Alloc::new(hctx, cpu);
-        alloc.shallow_depth = shallow;
-        // A scheduler tag is a bit taken from a bitmap: nothing here waits or locks.
-        let Ok(rq) = tags.alloc(&alloc) else {
-            drop(guard);
-            return self.alloc_and_go(bio, cpu, hctx, kind, None, Some(shallow));
-        };
-        let mut rq = rq;
-        if let Err(bio) = self.fill(&mut rq, bio) {
-            drop(guard);
-            self.abandon(rq, bio);
-            return Ok(());
-        }
-        e.prepare_request(&cx, &mut rq);
-        e.insert_request(&cx, rq, false);
-        let claim = self.claim_and_pick(&mut **e, &cx, hctx);
-        drop(guard);
-        self.run_after_insert(hctx, claim, &cx);
-        Ok(())
-    }
-
-    /// Puts `bio` in the fresh request `rq`, with its segment count. That cannot fail for
-    /// our own request; should it, the bio comes back, for [`abandon`](Self::abandon).
-    #[inline]
-    fn fill(&self, rq: &mut Rq, bio: Bio) -> Result<(), Bio> {
-        let segments = self.limits.segments(bio.op, bio.sector, bio.sectors);
-        self.tags()
-            .set_bio_segments(rq, bio, segments)
-            .map_err(|_| bio)
-    }
-
-    /// Gives up a submission whose request could not take its bio: the request freed, the
-    /// usage count let go, the bio ended. Nothing is lost.
-    fn abandon(&self, rq: Rq, bio: Bio) {
-        let _ = self.tags().free(rq);
-        self.exit();
-        self.splits.end(bio, Status::IoErr);
-    }
-
-    /// With the usage count held: a request for `bio`, then plug, insert or issue.
-    fn alloc_and_go<'q>(
-        &'q self,
-        bio: Bio,
-        cpu: usize,
-        hctx: usize,
-        kind: QueueType,
-        plug: Option<&mut Plug<'q, D>>,
-        shallow: Option<Option<usize>>,
-    ) -> Result<(), Bio> {
-        let tags = self.tags();
-        let flush = bio.op == Op::Flush;
-        let elevated = self.has_elevator.load(Ordering::Relaxed) && !flush;
-        let mut alloc = Alloc::new(hctx, cpu);
-        if elevated {
-            alloc.shallow_depth = match shallow {
-                Some(depth) => depth,
-                None => self
-                    .elevator
-                    .lock()
-                    .as_ref()
-                    .and_then(|e| e.limit_depth(bio.op, bio.flags)),
-            };
-        }
-        let segments = self.limits.segments(bio.op, bio.sector, bio.sectors);
-        let mut rq = match tags.alloc_with_bio(&alloc, bio, segments) {
-            Ok(rq) => rq,
-            Err((e, bio)) => return self.alloc_failed(e, bio),
-        };
-        if elevated {
-            let cx = self.elv_cx();
-            let mut guard = self.elevator.lock();
-            if let Some(e) = guard.as_mut() {
-                e.prepare_request(&cx, &mut rq);
-                if plug.is_none() {
-                    // Prepared, inserted and, on an idle hardware queue, dispatched under
-                    // one hold of the lock.
-                    e.insert_request(&cx, rq, false);
-                    let claim = self.claim_and_pick(&mut **e, &cx, hctx);
-                    drop(guard);
-                    self.run_after_insert(hctx, claim, &cx);
-                    return Ok(());
-                }
-            }
-        }
-        if let Some(plug) = plug {
-            plug.add(self, rq);
-            return Ok(());
-        }
-        self.insert_and_run(rq, cpu, hctx, kind, elevated, flush);
-        Ok(())
-    }
-
-    /// Inserts a fresh request (or issues it directly when the hardware queue is idle and
-    /// unscheduled) and runs its hardware queue. `flush`: the request is a flush.
-    fn insert_and_run(
-        &self,
-        rq: Rq,
-        cpu: usize,
-        hctx: usize,
-        kind: QueueType,
-        elevated: bool,
-        flush: bool,
-    ) {
-        if elevated {
-            let cx = self.elv_cx();
-            if let Some(e) = self.elevator.lock().as_mut() {
-                e.insert_request(&cx, rq, false);
-            } else {
-                // The elevator went away under us (it cannot: switching freezes first).
-                self.push_dispatch(hctx, rq, false);
-            }
-            self.run_hw_queue(hctx);
-            return;
-        }
-        if flush {
-            self.push_dispatch(hctx, rq, false);
-            self.run_hw_queue(hctx);
-            return;
-        }
-        self.issue_direct(rq, cpu, hctx, kind);
     }
 
     /// Without an elevator, a fresh request that is no flush: issued directly when its
@@ -485,7 +372,7 @@ impl<D: Driver> RequestQueue<D> {
                 let epoch = self.host.epoch();
                 if let Issued::GaveUp(rq, status) = self.issue_one(hctx, hctx, rq, true, None, None)
                 {
-                    let mut batch = h.scratch.lock();
+                    let mut batch = h.run_batch.lock();
                     batch.push_back(rq);
                     self.give_up(hctx, &mut batch, epoch, status);
                 }
@@ -502,7 +389,7 @@ impl<D: Driver> RequestQueue<D> {
         let ctx = &self.ctxs[index];
         ctx.list.lock().push_back(rq);
         let h = &self.hctxs[ctx.hctx];
-        h.pending[ctx.pos / 64].fetch_or(1 << (ctx.pos % 64), Ordering::SeqCst);
+        h.ctx_has_work[ctx.pos / 64].fetch_or(1 << (ctx.pos % 64), Ordering::SeqCst);
     }
 
     /// Queues `rq` on the software queue of `cpu` that feeds `hctx` (the request was made
@@ -539,7 +426,7 @@ impl<D: Driver> RequestQueue<D> {
         // Nothing queued here (its bit is set once a request is in): no lock to take. A
         // request whose bit is not set yet only misses a merge.
         let bit = 1u64 << (ctx.pos % 64);
-        if self.hctxs[ctx.hctx].pending[ctx.pos / 64].load(Ordering::Relaxed) & bit == 0 {
+        if self.hctxs[ctx.hctx].ctx_has_work[ctx.pos / 64].load(Ordering::Relaxed) & bit == 0 {
             return false;
         }
         self.ctx_merge_locked(ctx, bio)

@@ -34,11 +34,11 @@ impl<D: Driver> RequestQueue<D> {
     /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
     /// let late = queue.platform().now_ns() + DEFAULT_TIMEOUT_NS + 1;
     /// assert_eq!(queue.check_timeouts(late), 1); // `Hold` keeps the default: another timeout
-    /// assert_eq!(queue.timeouts(), 1);
+    /// assert_eq!(queue.timed_out(), 1);
     /// # queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)));
     /// ```
-    pub fn timeouts(&self) -> u64 {
-        self.timeouts.load(Ordering::Relaxed)
+    pub fn timed_out(&self) -> u64 {
+        self.timed_out.load(Ordering::Relaxed)
     }
 
     /// Checks every request in flight against its deadline at `now_ns`: an expired one is
@@ -118,7 +118,7 @@ impl<D: Driver> RequestQueue<D> {
                 }
             }
         }
-        self.timeouts.fetch_add(fired as u64, Ordering::Relaxed);
+        self.timed_out.fetch_add(fired as u64, Ordering::Relaxed);
         fired
     }
 }

@@ -46,31 +46,36 @@ impl<D: Driver> RequestQueue<D> {
         self.usage.load(Ordering::SeqCst) & !FROZEN
     }
 
-    /// Takes a usage count unless frozen.
+    /// Takes a usage reference unless frozen (Linux's `blk_queue_enter`): `None` when the
+    /// queue is frozen, and then nothing is held.
     #[inline]
-    pub(super) fn enter(&self) -> bool {
+    pub(super) fn enter(&self) -> Option<UsageRef<'_, D>> {
         if self.usage.fetch_add(1, Ordering::SeqCst) & FROZEN == 0 {
-            return true;
+            return Some(UsageRef(self));
         }
-        self.usage.fetch_sub(1, Ordering::SeqCst);
-        false
+        self.put_usage();
+        None
     }
 
+    /// Lets go of one usage count: a [`UsageRef`]'s drop, or the end of a request that held
+    /// one ([`UsageRef::hand_to_request`]).
     #[inline]
-    pub(super) fn exit(&self) {
+    pub(super) fn put_usage(&self) {
         self.usage.fetch_sub(1, Ordering::SeqCst);
     }
 
-    /// Takes a usage count even while frozen (a timeout check, a drain check: work on
+    /// Takes a usage reference even while frozen (a timeout check, a drain check: work on
     /// requests already in), unless the tags are being replaced; `None` then.
-    pub(super) fn enter_any(&self) -> Option<Exit<'_, D>> {
+    pub(super) fn enter_any(&self) -> Option<UsageRef<'_, D>> {
         self.usage.fetch_add(1, Ordering::SeqCst);
+        // The reference counts from here: a switcher that set `switching` after this sees
+        // it in its drain wait; one that set it before is seen below, and then it goes.
+        let usage = UsageRef(self);
         seqcst_pair();
         if self.switching.load(Ordering::SeqCst) {
-            self.exit();
             return None;
         }
-        Some(Exit(self))
+        Some(usage)
     }
 
     /// Starts a freeze: new bios are refused (given back by [`submit`](Self::submit)) until
@@ -318,8 +323,37 @@ impl<D: Driver> RequestQueue<D> {
     }
 }
 
-/// A usage count held; given back on drop.
-pub(super) struct Exit<'a, D: Driver>(&'a RequestQueue<D>);
+/// A usage reference: one count in a request queue's usage, held while this lives and let
+/// go when it drops (Linux's `q_usage_counter` reference).
+///
+/// Submitters, timeout and drain checks and [`TagsGuard`]s hold one while they are inside
+/// the queue; a request holds one from its allocation until it is freed, handed over by
+/// [`hand_to_request`](Self::hand_to_request).
+///
+/// # Invariants
+///
+/// * While a `UsageRef` lives, the queue's usage counts it: a freeze does not drain and
+///   the tags are not replaced ([`RequestQueue::switch_elevator`] waits for a usage of
+///   zero with `switching` set), so the holder may read the tags.
+/// * Each count is let go exactly once: by this guard's drop, or, once handed to a
+///   request, when that request is freed or ends (`end_one`, `free_merged`), which is
+///   where the tags say the request was ours.
+pub(super) struct UsageRef<'a, D: Driver>(&'a RequestQueue<D>);
+
+impl<'a, D: Driver> UsageRef<'a, D> {
+    /// The queue the reference is held on.
+    #[inline(always)]
+    pub(super) fn queue(&self) -> &'a RequestQueue<D> {
+        self.0
+    }
+
+    /// Hands the count to the request just allocated under it: from now on the request
+    /// holds it, and it is let go when the request is freed.
+    #[inline(always)]
+    pub(super) fn hand_to_request(self) {
+        core::mem::forget(self);
+    }
+}
 
 /// A request queue's tags, kept from being replaced while this lives
 /// ([`RequestQueue::queue_tags`]).
@@ -359,13 +393,13 @@ pub(super) struct Exit<'a, D: Driver>(&'a RequestQueue<D>);
 /// queue.switch_elevator(Some(Box::new(Fifo::default())), None).unwrap();
 /// assert!(queue.queue_tags().has_scheduler());
 /// ```
-pub struct TagsGuard<'a, D: Driver>(Exit<'a, D>);
+pub struct TagsGuard<'a, D: Driver>(UsageRef<'a, D>);
 
 impl<D: Driver> core::ops::Deref for TagsGuard<'_, D> {
     type Target = QueueTags<D::Payload, D::Platform>;
 
     fn deref(&self) -> &Self::Target {
-        self.0.0.tags()
+        self.0.queue().tags()
     }
 }
 
@@ -375,8 +409,9 @@ impl<D: Driver> fmt::Debug for TagsGuard<'_, D> {
     }
 }
 
-impl<D: Driver> Drop for Exit<'_, D> {
+impl<D: Driver> Drop for UsageRef<'_, D> {
+    #[inline]
     fn drop(&mut self) {
-        self.0.exit();
+        self.0.put_usage();
     }
 }
