@@ -1859,6 +1859,48 @@ fn requeue_waits_for_a_kick_then_goes_first() {
     assert_eq!(log.sorted(), all_ok(4));
 }
 
+/// Requests requeued through an elevator and left on the requeue list while the elevator
+/// is switched away (to none) are not lost: the switch sends them back to dispatch and
+/// waits for them, every bio ends, and no tag is left held.
+#[test]
+fn requeued_requests_survive_switching_the_elevator_away() {
+    let log = Log::new();
+    let config = QueueConfig::new(limits()).elevator(Box::new(Fifo::new()));
+    let (host, queue) = single(config);
+    let disk = host.driver();
+    queue.submit(log.bio(0, Op::Read, 0, 8)).unwrap();
+    queue.submit(log.bio(1, Op::Read, 100, 8)).unwrap();
+    queue.submit(log.bio(2, Op::Flush, 0, 0)).unwrap();
+    for held in disk.take_all() {
+        queue.requeue_request(held.rq, false);
+    }
+    assert_eq!((queue.requeued(), host.in_driver()), (3, 0));
+
+    let (result, switched) = mpsc::channel();
+    std::thread::scope(|s| {
+        let q = &queue;
+        s.spawn(move || result.send(q.switch_elevator(None, None)).unwrap());
+        // The switch kicks the requeue list while it drains: end what comes back.
+        let mut ended = 0;
+        while ended < 3 {
+            ended += finish(&queue);
+            std::thread::yield_now();
+        }
+        assert_eq!(switched.recv().unwrap(), Ok(()));
+    });
+    assert_eq!(queue.elevator_name(), None);
+    assert_eq!(queue.requeued(), 0);
+    assert_eq!(log.sorted(), all_ok(3));
+    assert_eq!(
+        (host.set().busy(), host.in_driver(), queue.usage()),
+        (0, 0, 0)
+    );
+    // And the queue works on without one.
+    queue.submit(log.bio(3, Op::Write, 200, 8)).unwrap();
+    assert_eq!(finish(&queue), 1);
+    assert_eq!(log.sorted(), all_ok(4));
+}
+
 // ----- 11. hardware queue deactivation -----
 
 /// A deactivated hardware queue gets no new requests (its CPUs' bios go to another), is

@@ -15,21 +15,7 @@ impl<D: Driver> RequestQueue<D> {
     /// ```
     /// # use blkmq_core::*;
     /// # use std::sync::Mutex;
-    /// # /// Keeps every request it is given until `take` hands them back.
-    /// # struct Hold(Mutex<Vec<Rq>>);
-    /// # impl Hold {
-    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
-    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
-    /// # }
-    /// # impl Driver for Hold {
-    /// #     type Platform = StdPlatform;
-    /// #     type Payload = ();
-    /// #     fn init_request(&self, _: RequestInit) {}
-    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
-    /// #         self.0.lock().unwrap().push(rq);
-    /// #         Ok(())
-    /// #     }
-    /// # }
+    /// # use blkmq_core::testing::Hold;
     /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
     /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
     /// static ENDED: Mutex<Vec<(u64, Status)>> = Mutex::new(Vec::new());
@@ -52,22 +38,7 @@ impl<D: Driver> RequestQueue<D> {
     ///
     /// ```
     /// # use blkmq_core::*;
-    /// # use std::sync::Mutex;
-    /// # /// Keeps every request it is given until `take` hands them back.
-    /// # struct Hold(Mutex<Vec<Rq>>);
-    /// # impl Hold {
-    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
-    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
-    /// # }
-    /// # impl Driver for Hold {
-    /// #     type Platform = StdPlatform;
-    /// #     type Payload = ();
-    /// #     fn init_request(&self, _: RequestInit) {}
-    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
-    /// #         self.0.lock().unwrap().push(rq);
-    /// #         Ok(())
-    /// #     }
-    /// # }
+    /// # use blkmq_core::testing::Hold;
     /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
     /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
     /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();

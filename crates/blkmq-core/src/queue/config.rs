@@ -48,16 +48,7 @@ impl QueueConfig {
     ///
     /// ```
     /// # use blkmq_core::*;
-    /// # struct Null;
-    /// # impl Driver for Null {
-    /// #     type Platform = StdPlatform;
-    /// #     type Payload = ();
-    /// #     fn init_request(&self, _: RequestInit) {}
-    /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
-    /// #         cx.queue().end_request(rq, Status::Ok);
-    /// #         Ok(())
-    /// #     }
-    /// # }
+    /// # use blkmq_core::testing::Null;
     /// # use std::collections::VecDeque;
     /// # /// First in, first out.
     /// # #[derive(Default)]
@@ -72,7 +63,7 @@ impl QueueConfig {
     /// #     }
     /// #     fn has_work(&self, _: usize) -> bool { !self.0.is_empty() }
     /// # }
-    /// let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null).unwrap();
+    /// let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null::new()).unwrap();
     /// let config = QueueConfig::new(QueueLimits::new(64)).elevator(Box::new(Fifo::default()));
     /// let queue = host.add_queue(config).unwrap();
     /// assert_eq!(queue.elevator_name(), Some("fifo"));
@@ -88,16 +79,7 @@ impl QueueConfig {
     ///
     /// ```
     /// # use blkmq_core::*;
-    /// # struct Null;
-    /// # impl Driver for Null {
-    /// #     type Platform = StdPlatform;
-    /// #     type Payload = ();
-    /// #     fn init_request(&self, _: RequestInit) {}
-    /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
-    /// #         cx.queue().end_request(rq, Status::Ok);
-    /// #         Ok(())
-    /// #     }
-    /// # }
+    /// # use blkmq_core::testing::Null;
     /// # use std::collections::VecDeque;
     /// # /// First in, first out.
     /// # #[derive(Default)]
@@ -112,7 +94,7 @@ impl QueueConfig {
     /// #     }
     /// #     fn has_work(&self, _: usize) -> bool { !self.0.is_empty() }
     /// # }
-    /// let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null).unwrap();
+    /// let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null::new()).unwrap();
     /// let config = QueueConfig::new(QueueLimits::new(64)).nr_requests(16);
     /// let plain = host.add_queue(config).unwrap();
     /// assert_eq!(plain.queue_tags().nr_requests(), None); // no elevator: no scheduler tags
@@ -129,22 +111,7 @@ impl QueueConfig {
     ///
     /// ```
     /// # use blkmq_core::*;
-    /// # use std::sync::Mutex;
-    /// # /// Keeps every request it is given until `take` hands them back.
-    /// # struct Hold(Mutex<Vec<Rq>>);
-    /// # impl Hold {
-    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
-    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
-    /// # }
-    /// # impl Driver for Hold {
-    /// #     type Platform = StdPlatform;
-    /// #     type Payload = ();
-    /// #     fn init_request(&self, _: RequestInit) {}
-    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
-    /// #         self.0.lock().unwrap().push(rq);
-    /// #         Ok(())
-    /// #     }
-    /// # }
+    /// # use blkmq_core::testing::Hold;
     /// // Two CPUs; reads go to hardware queue 1, everything else to 0.
     /// let maps = QueueMaps::new(
     ///     QueueMap::spread(2, 1, 0).unwrap(),

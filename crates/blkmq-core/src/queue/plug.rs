@@ -18,17 +18,8 @@ use super::RequestQueue;
 ///
 /// ```
 /// # use blkmq_core::*;
-/// # struct Null;
-/// # impl Driver for Null {
-/// #     type Platform = StdPlatform;
-/// #     type Payload = ();
-/// #     fn init_request(&self, _: RequestInit) {}
-/// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
-/// #         cx.queue().end_request(rq, Status::Ok);
-/// #         Ok(())
-/// #     }
-/// # }
-/// let host = Host::new(TagSet::builder(64), StdPlatform::new(), Null).unwrap();
+/// # use blkmq_core::testing::Null;
+/// let host = Host::new(TagSet::builder(64), StdPlatform::new(), Null::new()).unwrap();
 /// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1 << 20))).unwrap();
 /// let mut plug = Plug::new();
 /// for i in 0..=PLUG_MAX as u64 {
@@ -42,17 +33,8 @@ pub const PLUG_MAX: usize = 32;
 ///
 /// ```
 /// # use blkmq_core::*;
-/// # struct Null;
-/// # impl Driver for Null {
-/// #     type Platform = StdPlatform;
-/// #     type Payload = ();
-/// #     fn init_request(&self, _: RequestInit) {}
-/// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
-/// #         cx.queue().end_request(rq, Status::Ok);
-/// #         Ok(())
-/// #     }
-/// # }
-/// let host = Host::new(TagSet::builder(128), StdPlatform::new(), Null).unwrap();
+/// # use blkmq_core::testing::Null;
+/// let host = Host::new(TagSet::builder(128), StdPlatform::new(), Null::new()).unwrap();
 /// let a = host.add_queue(QueueConfig::new(QueueLimits::new(1 << 20))).unwrap();
 /// let b = host.add_queue(QueueConfig::new(QueueLimits::new(1 << 20))).unwrap();
 /// let mut plug = Plug::new();
@@ -70,17 +52,8 @@ pub const PLUG_MAX_MULTI: usize = 64;
 ///
 /// ```
 /// # use blkmq_core::*;
-/// # struct Null;
-/// # impl Driver for Null {
-/// #     type Platform = StdPlatform;
-/// #     type Payload = ();
-/// #     fn init_request(&self, _: RequestInit) {}
-/// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
-/// #         cx.queue().end_request(rq, Status::Ok);
-/// #         Ok(())
-/// #     }
-/// # }
-/// let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null).unwrap();
+/// # use blkmq_core::testing::Null;
+/// let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null::new()).unwrap();
 /// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1 << 20))).unwrap();
 /// let sectors = (PLUG_FLUSH_BYTES / SECTOR_SIZE) as u32;
 /// let mut plug = Plug::new();
@@ -147,17 +120,8 @@ impl<'q, D: Driver> Plug<'q, D> {
     ///
     /// ```
     /// # use blkmq_core::*;
-    /// # struct Null;
-    /// # impl Driver for Null {
-    /// #     type Platform = StdPlatform;
-    /// #     type Payload = ();
-    /// #     fn init_request(&self, _: RequestInit) {}
-    /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
-    /// #         cx.queue().end_request(rq, Status::Ok);
-    /// #         Ok(())
-    /// #     }
-    /// # }
-    /// let plug: Plug<'_, Null> = Plug::new();
+    /// # use blkmq_core::testing::Null;
+    /// let plug: Plug<'_, Null<StdPlatform>> = Plug::new();
     /// assert!(plug.is_empty());
     /// ```
     pub fn new() -> Self {
@@ -172,22 +136,7 @@ impl<'q, D: Driver> Plug<'q, D> {
     ///
     /// ```
     /// # use blkmq_core::*;
-    /// # use std::sync::Mutex;
-    /// # /// Keeps every request it is given until `take` hands them back.
-    /// # struct Hold(Mutex<Vec<Rq>>);
-    /// # impl Hold {
-    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
-    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
-    /// # }
-    /// # impl Driver for Hold {
-    /// #     type Platform = StdPlatform;
-    /// #     type Payload = ();
-    /// #     fn init_request(&self, _: RequestInit) {}
-    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
-    /// #         self.0.lock().unwrap().push(rq);
-    /// #         Ok(())
-    /// #     }
-    /// # }
+    /// # use blkmq_core::testing::Hold;
     /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
     /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
     /// let mut plug = Plug::new();
@@ -206,17 +155,8 @@ impl<'q, D: Driver> Plug<'q, D> {
     ///
     /// ```
     /// # use blkmq_core::*;
-    /// # struct Null;
-    /// # impl Driver for Null {
-    /// #     type Platform = StdPlatform;
-    /// #     type Payload = ();
-    /// #     fn init_request(&self, _: RequestInit) {}
-    /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
-    /// #         cx.queue().end_request(rq, Status::Ok);
-    /// #         Ok(())
-    /// #     }
-    /// # }
-    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null).unwrap();
+    /// # use blkmq_core::testing::Null;
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null::new()).unwrap();
     /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
     /// let mut plug = Plug::new();
     /// queue.submit_plugged(&mut plug, Bio::new(Op::Read, 0, 8)).unwrap();
@@ -287,22 +227,7 @@ impl<'q, D: Driver> Plug<'q, D> {
     ///
     /// ```
     /// # use blkmq_core::*;
-    /// # use std::sync::Mutex;
-    /// # /// Keeps every request it is given until `take` hands them back.
-    /// # struct Hold(Mutex<Vec<Rq>>);
-    /// # impl Hold {
-    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
-    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
-    /// # }
-    /// # impl Driver for Hold {
-    /// #     type Platform = StdPlatform;
-    /// #     type Payload = ();
-    /// #     fn init_request(&self, _: RequestInit) {}
-    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
-    /// #         self.0.lock().unwrap().push(rq);
-    /// #         Ok(())
-    /// #     }
-    /// # }
+    /// # use blkmq_core::testing::Hold;
     /// let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
     /// let a = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
     /// let b = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();

@@ -18,17 +18,8 @@ impl<D: Driver> RequestQueue<D> {
     ///
     /// ```
     /// # use blkmq_core::*;
-    /// # struct Null;
-    /// # impl Driver for Null {
-    /// #     type Platform = StdPlatform;
-    /// #     type Payload = ();
-    /// #     fn init_request(&self, _: RequestInit) {}
-    /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
-    /// #         cx.queue().end_request(rq, Status::Ok);
-    /// #         Ok(())
-    /// #     }
-    /// # }
-    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null).unwrap();
+    /// # use blkmq_core::testing::Null;
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null::new()).unwrap();
     /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
     /// # use std::collections::VecDeque;
     /// # /// First in, first out.

@@ -41,17 +41,8 @@ impl<D: Driver> RequestQueue<D> {
     ///
     /// ```
     /// # use blkmq_core::*;
-    /// # struct Null;
-    /// # impl Driver for Null {
-    /// #     type Platform = StdPlatform;
-    /// #     type Payload = ();
-    /// #     fn init_request(&self, _: RequestInit) {}
-    /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
-    /// #         cx.queue().end_request(rq, Status::Ok);
-    /// #         Ok(())
-    /// #     }
-    /// # }
-    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null).unwrap();
+    /// # use blkmq_core::testing::Null;
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null::new()).unwrap();
     /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
     /// # use std::collections::VecDeque;
     /// # /// First in, first out.
@@ -80,16 +71,7 @@ impl<D: Driver> RequestQueue<D> {
     ///
     /// ```
     /// # use blkmq_core::*;
-    /// # struct Null;
-    /// # impl Driver for Null {
-    /// #     type Platform = StdPlatform;
-    /// #     type Payload = ();
-    /// #     fn init_request(&self, _: RequestInit) {}
-    /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
-    /// #         cx.queue().end_request(rq, Status::Ok);
-    /// #         Ok(())
-    /// #     }
-    /// # }
+    /// # use blkmq_core::testing::Null;
     /// struct Noop(u32);
     /// impl Elevator for Noop {
     ///     fn name(&self) -> &'static str { "noop" }
@@ -97,7 +79,7 @@ impl<D: Driver> RequestQueue<D> {
     ///     fn dispatch_request(&mut self, _: &ElvCx<'_>, _: usize) -> Option<Rq> { None }
     ///     fn has_work(&self, _: usize) -> bool { false }
     /// }
-    /// let host = Host::new(TagSet::builder(4), StdPlatform::new(), Null).unwrap();
+    /// let host = Host::new(TagSet::builder(4), StdPlatform::new(), Null::new()).unwrap();
     /// let config = QueueConfig::new(QueueLimits::new(64)).elevator(Box::new(Noop(7)));
     /// let queue = host.add_queue(config).unwrap();
     /// assert_eq!(queue.with_elevator(|e: &mut Noop| e.0), Some(7));
@@ -114,17 +96,8 @@ impl<D: Driver> RequestQueue<D> {
     ///
     /// ```
     /// # use blkmq_core::*;
-    /// # struct Null;
-    /// # impl Driver for Null {
-    /// #     type Platform = StdPlatform;
-    /// #     type Payload = ();
-    /// #     fn init_request(&self, _: RequestInit) {}
-    /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
-    /// #         cx.queue().end_request(rq, Status::Ok);
-    /// #         Ok(())
-    /// #     }
-    /// # }
-    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null).unwrap();
+    /// # use blkmq_core::testing::Null;
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null::new()).unwrap();
     /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
     /// /// Would hold work back until 5 ms into the platform's time.
     /// struct Idling;
@@ -390,17 +363,8 @@ impl<D: Driver> RequestQueue<D> {
     ///
     /// ```
     /// # use blkmq_core::*;
-    /// # struct Null;
-    /// # impl Driver for Null {
-    /// #     type Platform = StdPlatform;
-    /// #     type Payload = ();
-    /// #     fn init_request(&self, _: RequestInit) {}
-    /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
-    /// #         cx.queue().end_request(rq, Status::Ok);
-    /// #         Ok(())
-    /// #     }
-    /// # }
-    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null).unwrap();
+    /// # use blkmq_core::testing::Null;
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null::new()).unwrap();
     /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
     /// # use std::collections::VecDeque;
     /// # /// First in, first out.
@@ -425,7 +389,7 @@ impl<D: Driver> RequestQueue<D> {
     /// assert_eq!(queue.queue_tags().nr_requests(), None);
     ///
     /// let tags = TagSet::builder(8).flags(TagSetFlags::NO_SCHED);
-    /// let host = Host::new(tags, StdPlatform::new(), Null).unwrap();
+    /// let host = Host::new(tags, StdPlatform::new(), Null::new()).unwrap();
     /// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
     /// let fifo = Box::new(Fifo::default());
     /// assert_eq!(queue.switch_elevator(Some(fifo), None), Err(ConfigError::NoScheduler));

@@ -66,21 +66,7 @@ impl<D: Driver> RequestQueue<D> {
     /// ```
     /// # use blkmq_core::*;
     /// # use std::sync::Mutex;
-    /// # /// Keeps every request it is given until `take` hands them back.
-    /// # struct Hold(Mutex<Vec<Rq>>);
-    /// # impl Hold {
-    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
-    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
-    /// # }
-    /// # impl Driver for Hold {
-    /// #     type Platform = StdPlatform;
-    /// #     type Payload = ();
-    /// #     fn init_request(&self, _: RequestInit) {}
-    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
-    /// #         self.0.lock().unwrap().push(rq);
-    /// #         Ok(())
-    /// #     }
-    /// # }
+    /// # use blkmq_core::testing::Hold;
     /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
     /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
     /// static ENDED: Mutex<Vec<(u64, Status)>> = Mutex::new(Vec::new());
@@ -107,22 +93,7 @@ impl<D: Driver> RequestQueue<D> {
     ///
     /// ```
     /// # use blkmq_core::*;
-    /// # use std::sync::Mutex;
-    /// # /// Keeps every request it is given until `take` hands them back.
-    /// # struct Hold(Mutex<Vec<Rq>>);
-    /// # impl Hold {
-    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
-    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
-    /// # }
-    /// # impl Driver for Hold {
-    /// #     type Platform = StdPlatform;
-    /// #     type Payload = ();
-    /// #     fn init_request(&self, _: RequestInit) {}
-    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
-    /// #         self.0.lock().unwrap().push(rq);
-    /// #         Ok(())
-    /// #     }
-    /// # }
+    /// # use blkmq_core::testing::Hold;
     /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
     /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
     /// let mut plug = Plug::new();
@@ -144,17 +115,8 @@ impl<D: Driver> RequestQueue<D> {
     ///
     /// ```
     /// # use blkmq_core::*;
-    /// # struct Null;
-    /// # impl Driver for Null {
-    /// #     type Platform = StdPlatform;
-    /// #     type Payload = ();
-    /// #     fn init_request(&self, _: RequestInit) {}
-    /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
-    /// #         cx.queue().end_request(rq, Status::Ok);
-    /// #         Ok(())
-    /// #     }
-    /// # }
-    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null).unwrap();
+    /// # use blkmq_core::testing::Null;
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null::new()).unwrap();
     /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
     /// # use std::sync::Mutex;
     /// static ENDED: Mutex<Vec<(u64, Status)>> = Mutex::new(Vec::new());

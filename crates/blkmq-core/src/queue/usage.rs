@@ -17,22 +17,7 @@ impl<D: Driver> RequestQueue<D> {
     ///
     /// ```
     /// # use blkmq_core::*;
-    /// # use std::sync::Mutex;
-    /// # /// Keeps every request it is given until `take` hands them back.
-    /// # struct Hold(Mutex<Vec<Rq>>);
-    /// # impl Hold {
-    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
-    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
-    /// # }
-    /// # impl Driver for Hold {
-    /// #     type Platform = StdPlatform;
-    /// #     type Payload = ();
-    /// #     fn init_request(&self, _: RequestInit) {}
-    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
-    /// #         self.0.lock().unwrap().push(rq);
-    /// #         Ok(())
-    /// #     }
-    /// # }
+    /// # use blkmq_core::testing::Hold;
     /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
     /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
     /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
@@ -83,22 +68,7 @@ impl<D: Driver> RequestQueue<D> {
     ///
     /// ```
     /// # use blkmq_core::*;
-    /// # use std::sync::Mutex;
-    /// # /// Keeps every request it is given until `take` hands them back.
-    /// # struct Hold(Mutex<Vec<Rq>>);
-    /// # impl Hold {
-    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
-    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
-    /// # }
-    /// # impl Driver for Hold {
-    /// #     type Platform = StdPlatform;
-    /// #     type Payload = ();
-    /// #     fn init_request(&self, _: RequestInit) {}
-    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
-    /// #         self.0.lock().unwrap().push(rq);
-    /// #         Ok(())
-    /// #     }
-    /// # }
+    /// # use blkmq_core::testing::Hold;
     /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
     /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
     /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
@@ -124,22 +94,7 @@ impl<D: Driver> RequestQueue<D> {
     ///
     /// ```
     /// # use blkmq_core::*;
-    /// # use std::sync::Mutex;
-    /// # /// Keeps every request it is given until `take` hands them back.
-    /// # struct Hold(Mutex<Vec<Rq>>);
-    /// # impl Hold {
-    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
-    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
-    /// # }
-    /// # impl Driver for Hold {
-    /// #     type Platform = StdPlatform;
-    /// #     type Payload = ();
-    /// #     fn init_request(&self, _: RequestInit) {}
-    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
-    /// #         self.0.lock().unwrap().push(rq);
-    /// #         Ok(())
-    /// #     }
-    /// # }
+    /// # use blkmq_core::testing::Hold;
     /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
     /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
     /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
@@ -158,22 +113,7 @@ impl<D: Driver> RequestQueue<D> {
     ///
     /// ```
     /// # use blkmq_core::*;
-    /// # use std::sync::Mutex;
-    /// # /// Keeps every request it is given until `take` hands them back.
-    /// # struct Hold(Mutex<Vec<Rq>>);
-    /// # impl Hold {
-    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
-    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
-    /// # }
-    /// # impl Driver for Hold {
-    /// #     type Platform = StdPlatform;
-    /// #     type Payload = ();
-    /// #     fn init_request(&self, _: RequestInit) {}
-    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
-    /// #         self.0.lock().unwrap().push(rq);
-    /// #         Ok(())
-    /// #     }
-    /// # }
+    /// # use blkmq_core::testing::Hold;
     /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
     /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
     /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
@@ -203,17 +143,8 @@ impl<D: Driver> RequestQueue<D> {
     ///
     /// ```
     /// # use blkmq_core::*;
-    /// # struct Null;
-    /// # impl Driver for Null {
-    /// #     type Platform = StdPlatform;
-    /// #     type Payload = ();
-    /// #     fn init_request(&self, _: RequestInit) {}
-    /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
-    /// #         cx.queue().end_request(rq, Status::Ok);
-    /// #         Ok(())
-    /// #     }
-    /// # }
-    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null).unwrap();
+    /// # use blkmq_core::testing::Null;
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null::new()).unwrap();
     /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
     /// queue.freeze();
     /// queue.freeze();
@@ -238,17 +169,8 @@ impl<D: Driver> RequestQueue<D> {
     ///
     /// ```
     /// # use blkmq_core::*;
-    /// # struct Null;
-    /// # impl Driver for Null {
-    /// #     type Platform = StdPlatform;
-    /// #     type Payload = ();
-    /// #     fn init_request(&self, _: RequestInit) {}
-    /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
-    /// #         cx.queue().end_request(rq, Status::Ok);
-    /// #         Ok(())
-    /// #     }
-    /// # }
-    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null).unwrap();
+    /// # use blkmq_core::testing::Null;
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null::new()).unwrap();
     /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
     /// assert!(!queue.is_frozen());
     /// queue.freeze_start();
@@ -286,22 +208,7 @@ impl<D: Driver> RequestQueue<D> {
     ///
     /// ```
     /// # use blkmq_core::*;
-    /// # use std::sync::Mutex;
-    /// # /// Keeps every request it is given until `take` hands them back.
-    /// # struct Hold(Mutex<Vec<Rq>>);
-    /// # impl Hold {
-    /// #     fn new() -> Self { Hold(Mutex::new(Vec::new())) }
-    /// #     fn take(&self) -> Vec<Rq> { self.0.lock().unwrap().drain(..).collect() }
-    /// # }
-    /// # impl Driver for Hold {
-    /// #     type Platform = StdPlatform;
-    /// #     type Payload = ();
-    /// #     fn init_request(&self, _: RequestInit) {}
-    /// #     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
-    /// #         self.0.lock().unwrap().push(rq);
-    /// #         Ok(())
-    /// #     }
-    /// # }
+    /// # use blkmq_core::testing::Hold;
     /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
     /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
     /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
@@ -360,17 +267,8 @@ impl<'a, D: Driver> UsageRef<'a, D> {
 ///
 /// ```
 /// # use blkmq_core::*;
-/// # struct Null;
-/// # impl Driver for Null {
-/// #     type Platform = StdPlatform;
-/// #     type Payload = ();
-/// #     fn init_request(&self, _: RequestInit) {}
-/// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
-/// #         cx.queue().end_request(rq, Status::Ok);
-/// #         Ok(())
-/// #     }
-/// # }
-/// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null).unwrap();
+/// # use blkmq_core::testing::Null;
+/// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null::new()).unwrap();
 /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
 /// # use std::collections::VecDeque;
 /// # /// First in, first out.
@@ -386,7 +284,7 @@ impl<'a, D: Driver> UsageRef<'a, D> {
 /// #     }
 /// #     fn has_work(&self, _: usize) -> bool { !self.0.is_empty() }
 /// # }
-/// let tags: TagsGuard<'_, Null> = queue.queue_tags();
+/// let tags: TagsGuard<'_, Null<StdPlatform>> = queue.queue_tags();
 /// assert!(!tags.has_scheduler());
 /// assert_eq!(tags.set().depth(), 8);
 /// drop(tags); // before the tags may change
