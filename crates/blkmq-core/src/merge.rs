@@ -1,31 +1,24 @@
 //! Every merge rule: which bios and requests may merge, at the back or the front, in a
 //! plug, a software queue or through an elevator (Linux's `blk-merge.c`).
+//!
+//! * [`mergeable`]: whether I/O of an operation with its flags may merge at all.
+//! * [`QueueLimits::merge_kind`]: whether a bio may join a request, and at which end;
+//!   [`QueueLimits::can_append`]: whether two requests may join.
+//! * [`merge_into`]: a bio into one request, checked and done. A plug tries the newest
+//!   request of its queue (`Plug::try_merge`, after the elevator's `allow_merge` when the
+//!   queue has one); without an elevator, a submission tries the newest requests of its
+//!   CPU's software queue (`RequestQueue::try_ctx_merge`); an elevator merges through
+//!   [`ElvCx::merge_bio`], by the same rules.
+//! * [`QueueTags::append_bio`], [`QueueTags::prepend_bio`] and
+//!   [`QueueTags::merge_requests`]: the merges themselves, once a rule allowed them.
 
 use crate::bio::{Bio, BioFlags, Op};
 use crate::elevator::ElvCx;
+use crate::error::TagError;
 use crate::limits::QueueLimits;
 use crate::platform::Platform;
 use crate::queue_tags::QueueTags;
 use crate::request::{Rq, RqIo};
-
-/// Merges `bio` into `rq` if the limits allow; true when it did.
-pub(crate) fn merge_into<T, P: Platform>(
-    tags: &QueueTags<T, P>,
-    limits: &QueueLimits,
-    rq: &mut Rq,
-    bio: &Bio,
-) -> bool {
-    // Most attempts fail on position or kind, decided here in a few steps; the elevator's
-    // merge, whose back end is a trait object, is the one merge that does it: the same
-    // checks, the same segment count.
-    if !tags
-        .io(rq)
-        .is_ok_and(|io| limits.merge_kind(io, bio).is_some())
-    {
-        return false;
-    }
-    ElvCx::new(tags, limits, 0).merge_bio(rq, *bio).is_ok()
-}
 
 /// How a bio joins a request.
 ///
@@ -39,6 +32,12 @@ pub enum MergeKind {
     Back,
     /// At the start: the bio ends where the request starts.
     Front,
+}
+
+/// Whether I/O of `op` with `flags` may merge at all (Linux's `rq_mergeable` plus the
+/// bio-side flags).
+pub(crate) fn mergeable(op: Op, flags: BioFlags) -> bool {
+    op != Op::Flush && !flags.intersects(BioFlags::NOMERGE | BioFlags::PREFLUSH | BioFlags::FUA)
 }
 
 impl QueueLimits {
@@ -123,8 +122,102 @@ impl QueueLimits {
     }
 }
 
-/// Whether I/O of `op` with `flags` may merge at all (Linux's `rq_mergeable` plus the
-/// bio-side flags).
-pub(crate) fn mergeable(op: Op, flags: BioFlags) -> bool {
-    op != Op::Flush && !flags.intersects(BioFlags::NOMERGE | BioFlags::PREFLUSH | BioFlags::FUA)
+/// Merges `bio` into `rq` if the limits allow; true when it did.
+pub(crate) fn merge_into<T, P: Platform>(
+    tags: &QueueTags<T, P>,
+    limits: &QueueLimits,
+    rq: &mut Rq,
+    bio: &Bio,
+) -> bool {
+    // Most attempts fail on position or kind, decided here in a few steps; the elevator's
+    // merge, whose back end is a trait object, is the one merge that does it: the same
+    // checks, the same segment count.
+    if !tags
+        .io(rq)
+        .is_ok_and(|io| limits.merge_kind(io, bio).is_some())
+    {
+        return false;
+    }
+    ElvCx::new(tags, limits, 0).merge_bio(rq, *bio).is_ok()
+}
+
+/// The merges themselves, on a request queue's tags: a bio joining a request at its back or
+/// its front, and two requests joining (what the rules above allow).
+impl<T, P: Platform> QueueTags<T, P> {
+    /// Appends `bio` to the request's chain (a back merge); `Ok(Err(bio))` when the bio
+    /// pool is exhausted and the merge must be refused. The caller decides whether the bio
+    /// fits (adjacency, limits).
+    ///
+    /// # Errors
+    /// [`TagError::ForeignRequest`] when `rq` is not this queue's.
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, Bio, Op, StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let queue = set.attach().unwrap();
+    /// let mut rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    /// queue.set_bio(&mut rq, Bio::new(Op::Write, 0, 8)).unwrap();
+    /// queue.append_bio(&mut rq, Bio::new(Op::Write, 8, 8)).unwrap().unwrap();
+    /// let io = queue.io(&rq).unwrap();
+    /// assert_eq!((io.nr_bios(), io.sector(), io.end_sector()), (2, 0, 16));
+    /// queue.free(rq).unwrap();
+    /// ```
+    pub fn append_bio(&self, rq: &mut Rq, bio: Bio) -> Result<Result<(), Bio>, TagError> {
+        let bios = &self.set().bios;
+        Ok(self.io_mut(rq)?.append(bios, bio))
+    }
+
+    /// Puts `bio` in front of the request's chain (a front merge); `Ok(Err(bio))` when the
+    /// bio pool is exhausted.
+    ///
+    /// # Errors
+    /// [`TagError::ForeignRequest`] when `rq` is not this queue's.
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, Bio, Op, StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let queue = set.attach().unwrap();
+    /// let mut rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    /// queue.set_bio(&mut rq, Bio::new(Op::Write, 8, 8)).unwrap();
+    /// queue.prepend_bio(&mut rq, Bio::new(Op::Write, 0, 8)).unwrap().unwrap();
+    /// let io = queue.io(&rq).unwrap();
+    /// assert_eq!((io.nr_bios(), io.sector(), io.end_sector()), (2, 0, 16));
+    /// assert_eq!(io.first_bio().unwrap().sector, 0);
+    /// queue.free(rq).unwrap();
+    /// ```
+    pub fn prepend_bio(&self, rq: &mut Rq, bio: Bio) -> Result<Result<(), Bio>, TagError> {
+        let bios = &self.set().bios;
+        Ok(self.io_mut(rq)?.prepend(bios, bio))
+    }
+
+    /// Moves every bio of `from` to the end of `into`'s chain (two requests merging);
+    /// `from` is left without bios. Refused (`Ok(false)`, nothing moved) when the bio pool
+    /// lacks room.
+    ///
+    /// # Errors
+    /// [`TagError::ForeignRequest`] when either token is not this queue's.
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, Bio, Op, StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let queue = set.attach().unwrap();
+    /// let mut into = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    /// let mut from = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    /// queue.set_bio(&mut into, Bio::new(Op::Write, 0, 8)).unwrap();
+    /// queue.set_bio(&mut from, Bio::new(Op::Write, 8, 8)).unwrap();
+    /// assert!(queue.merge_requests(&mut into, &mut from).unwrap());
+    /// assert_eq!(queue.io(&into).unwrap().sectors(), 16);
+    /// assert_eq!(queue.io(&from).unwrap().nr_bios(), 0);
+    /// queue.free(from).unwrap();
+    /// queue.free(into).unwrap();
+    /// ```
+    pub fn merge_requests(&self, into: &mut Rq, from: &mut Rq) -> Result<bool, TagError> {
+        let bios = &self.set().bios;
+        let from_io = self.io_mut(from)?;
+        let into_io = self.io_mut(into)?;
+        Ok(into_io.absorb(bios, from_io))
+    }
 }

@@ -852,54 +852,6 @@ impl<T, P: Platform> QueueTags<T, P> {
         Ok(())
     }
 
-    /// Appends `bio` to the request's chain (a back merge); `Ok(Err(bio))` when the bio
-    /// pool is exhausted and the merge must be refused. The caller decides whether the bio
-    /// fits (adjacency, limits).
-    ///
-    /// # Errors
-    /// [`TagError::ForeignRequest`] when `rq` is not this queue's.
-    ///
-    /// ```
-    /// use blkmq_core::{Alloc, Bio, Op, StdPlatform, TagSet};
-    ///
-    /// let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
-    /// let queue = set.attach().unwrap();
-    /// let mut rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
-    /// queue.set_bio(&mut rq, Bio::new(Op::Write, 0, 8)).unwrap();
-    /// queue.append_bio(&mut rq, Bio::new(Op::Write, 8, 8)).unwrap().unwrap();
-    /// let io = queue.io(&rq).unwrap();
-    /// assert_eq!((io.nr_bios(), io.sector(), io.end_sector()), (2, 0, 16));
-    /// queue.free(rq).unwrap();
-    /// ```
-    pub fn append_bio(&self, rq: &mut Rq, bio: Bio) -> Result<Result<(), Bio>, TagError> {
-        let bios = &self.set.bios;
-        Ok(self.io_mut(rq)?.append(bios, bio))
-    }
-
-    /// Puts `bio` in front of the request's chain (a front merge); `Ok(Err(bio))` when the
-    /// bio pool is exhausted.
-    ///
-    /// # Errors
-    /// [`TagError::ForeignRequest`] when `rq` is not this queue's.
-    ///
-    /// ```
-    /// use blkmq_core::{Alloc, Bio, Op, StdPlatform, TagSet};
-    ///
-    /// let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
-    /// let queue = set.attach().unwrap();
-    /// let mut rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
-    /// queue.set_bio(&mut rq, Bio::new(Op::Write, 8, 8)).unwrap();
-    /// queue.prepend_bio(&mut rq, Bio::new(Op::Write, 0, 8)).unwrap().unwrap();
-    /// let io = queue.io(&rq).unwrap();
-    /// assert_eq!((io.nr_bios(), io.sector(), io.end_sector()), (2, 0, 16));
-    /// assert_eq!(io.first_bio().unwrap().sector, 0);
-    /// queue.free(rq).unwrap();
-    /// ```
-    pub fn prepend_bio(&self, rq: &mut Rq, bio: Bio) -> Result<Result<(), Bio>, TagError> {
-        let bios = &self.set.bios;
-        Ok(self.io_mut(rq)?.prepend(bios, bio))
-    }
-
     /// Calls `f` on each bio of the request, front to back.
     ///
     /// # Errors
@@ -922,35 +874,6 @@ impl<T, P: Platform> QueueTags<T, P> {
     pub fn for_each_bio(&self, rq: &Rq, f: impl FnMut(&Bio)) -> Result<(), TagError> {
         self.io(rq)?.for_each_bio(&self.set.bios, f);
         Ok(())
-    }
-
-    /// Moves every bio of `from` to the end of `into`'s chain (two requests merging);
-    /// `from` is left without bios. Refused (`Ok(false)`, nothing moved) when the bio pool
-    /// lacks room.
-    ///
-    /// # Errors
-    /// [`TagError::ForeignRequest`] when either token is not this queue's.
-    ///
-    /// ```
-    /// use blkmq_core::{Alloc, Bio, Op, StdPlatform, TagSet};
-    ///
-    /// let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
-    /// let queue = set.attach().unwrap();
-    /// let mut into = queue.alloc(&Alloc::new(0, 0)).unwrap();
-    /// let mut from = queue.alloc(&Alloc::new(0, 0)).unwrap();
-    /// queue.set_bio(&mut into, Bio::new(Op::Write, 0, 8)).unwrap();
-    /// queue.set_bio(&mut from, Bio::new(Op::Write, 8, 8)).unwrap();
-    /// assert!(queue.merge_requests(&mut into, &mut from).unwrap());
-    /// assert_eq!(queue.io(&into).unwrap().sectors(), 16);
-    /// assert_eq!(queue.io(&from).unwrap().nr_bios(), 0);
-    /// queue.free(from).unwrap();
-    /// queue.free(into).unwrap();
-    /// ```
-    pub fn merge_requests(&self, into: &mut Rq, from: &mut Rq) -> Result<bool, TagError> {
-        let bios = &self.set.bios;
-        let from_io = self.io_mut(from)?;
-        let into_io = self.io_mut(into)?;
-        Ok(into_io.absorb(bios, from_io))
     }
 
     // ----- life cycle -----

@@ -7,7 +7,7 @@ use crate::elevator::Elevator;
 use crate::limits::QueueLimits;
 use crate::queue_map::QueueMaps;
 
-/// How to make a [`RequestQueue`].
+/// How to make a [`RequestQueue`](crate::RequestQueue).
 ///
 /// ```
 /// use blkmq_core::{QueueConfig, QueueLimits};

@@ -13,7 +13,7 @@ impl<D: Driver> RequestQueue<D> {
     /// Changes the number of scheduler tags (within those made), draining the queue first.
     ///
     /// # Errors
-    /// Whatever [`QueueTags::set_nr_requests`] refuses ([`ConfigError::NoScheduler`]
+    /// Whatever [`QueueTags::set_nr_requests`](crate::QueueTags::set_nr_requests) refuses ([`ConfigError::NoScheduler`]
     /// without an elevator).
     ///
     /// ```
