@@ -117,6 +117,8 @@ impl<D: Driver> RequestQueue<D> {
     pub(super) fn finish_run(&self, hctx: usize) {
         let h = &self.hctxs[hctx];
         loop {
+            // INVARIANT: the claim goes only when no run was asked for since the last look;
+            // otherwise this runner looks again, so the run asked for is not lost.
             if h.run_claim
                 .compare_exchange(RUNNING, 0, Ordering::SeqCst, Ordering::SeqCst)
                 .is_ok()
@@ -207,6 +209,7 @@ impl<D: Driver> RequestQueue<D> {
             {
                 let mut list = h.dispatch.lock();
                 batch.extend(list.drain(..));
+                // INVARIANT: `dispatch_len` follows the list, stored under its lock.
                 h.dispatch_len.store(0, Ordering::SeqCst);
             }
             if !self.issue_batch(hctx, &mut batch, epoch, None, false) {
@@ -265,6 +268,7 @@ impl<D: Driver> RequestQueue<D> {
             let mut list = self.ctxs[h.ctxs[pos]].list.lock();
             if let Some(rq) = list.pop_front() {
                 if !list.is_empty() {
+                    // INVARIANT: what is left on the list has its bit set again.
                     h.ctx_has_work[pos / 64].fetch_or(bit, Ordering::SeqCst);
                 }
                 drop(list);
@@ -444,6 +448,8 @@ impl<D: Driver> RequestQueue<D> {
         while let Some(rq) = batch.pop_back() {
             list.push_front(rq);
         }
+        // INVARIANT: `dispatch_len` follows the list, stored under its lock; the batch is
+        // empty again, as it is whenever nobody holds the run claim.
         h.dispatch_len.store(list.len(), Ordering::SeqCst);
     }
 }

@@ -337,6 +337,7 @@ impl RestartSet {
             let bit = 1u64 << (index % BITS);
             // SeqCst, and every level even when the bit is set: the root write is the mark's
             // half of the Dekker pair (see the module documentation).
+            // INVARIANT: a bit in every level above the leaf, the root last.
             let before = words[index / BITS].fetch_or(bit, Ordering::SeqCst);
             if level == 0 {
                 new = before & bit == 0;

@@ -373,6 +373,7 @@ impl<D: Driver> RequestQueue<D> {
         } else {
             list.push_back(rq);
         }
+        // INVARIANT: `dispatch_len` follows the list, stored under its lock.
         h.dispatch_len.store(list.len(), Ordering::SeqCst);
     }
 
