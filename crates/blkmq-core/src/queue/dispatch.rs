@@ -189,12 +189,7 @@ impl<D: Driver> RequestQueue<D> {
         if !self.hctx_is_empty(hctx) {
             return true;
         }
-        self.has_elevator.load(Ordering::SeqCst)
-            && self
-                .elevator
-                .lock()
-                .as_ref()
-                .is_some_and(|e| e.has_work(hctx))
+        self.has_elevator.load(Ordering::SeqCst) && self.elevator_has_work(hctx)
     }
 
     /// The runner's work: the dispatch list, then the elevator or the software queues.

@@ -190,12 +190,8 @@ impl<'q, D: Driver> Plug<'q, D> {
             return false;
         };
         let tags = queue.tags();
-        if queue.has_elevator.load(Ordering::Relaxed) {
-            if let Some(e) = queue.elevator.lock().as_ref() {
-                if !tags.io(rq).is_ok_and(|io| e.allow_merge(io, bio)) {
-                    return false;
-                }
-            }
+        if queue.has_elevator.load(Ordering::Relaxed) && !queue.elevator_allows_merge(rq, bio) {
+            return false;
         }
         crate::merge::merge_into(tags, &queue.limits, rq, bio)
     }

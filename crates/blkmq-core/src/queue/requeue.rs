@@ -37,10 +37,7 @@ impl<D: Driver> RequestQueue<D> {
             let _ = tags.put_driver_tag(&mut rq);
             // Flushes bypass the elevator: it never saw this one.
             if tags.io(&rq).is_ok_and(|io| io.op() != Op::Flush) {
-                let cx = self.elv_cx();
-                if let Some(e) = self.elevator.lock().as_mut() {
-                    e.requeue_request(&cx, &rq);
-                }
+                self.elevator_requeued(&rq);
             }
         }
         self.driver().put_budget(&self.cx(hctx));

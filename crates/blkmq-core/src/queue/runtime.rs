@@ -49,10 +49,7 @@ impl<D: Driver> RequestQueue<D> {
         self.lock_out();
         let result = self.tags().set_nr_requests(nr);
         if result.is_ok() {
-            let nr_keys = self.tags().nr_keys();
-            if let Some(e) = self.elevator.lock().as_mut() {
-                e.depth_updated(nr, nr_keys);
-            }
+            self.elevator_depth_updated(nr, self.tags().nr_keys());
         }
         self.let_in();
         result

@@ -220,6 +220,38 @@ impl<D: Driver> RequestQueue<D> {
         Ok(Ok(()))
     }
 
+    /// Whether the elevator lets `bio` merge into `rq` ([`Elevator::allow_merge`]); with
+    /// no elevator, yes.
+    pub(super) fn elevator_allows_merge(&self, rq: &Rq, bio: &Bio) -> bool {
+        match self.elevator.lock().as_ref() {
+            Some(e) => self.tags().io(rq).is_ok_and(|io| e.allow_merge(io, bio)),
+            None => true,
+        }
+    }
+
+    /// Whether the elevator holds work for `hctx`.
+    pub(super) fn elevator_has_work(&self, hctx: usize) -> bool {
+        self.elevator
+            .lock()
+            .as_ref()
+            .is_some_and(|e| e.has_work(hctx))
+    }
+
+    /// Tells the elevator that `rq`, which it dispatched, came back to be issued again.
+    pub(super) fn elevator_requeued(&self, rq: &Rq) {
+        let cx = self.elv_cx();
+        if let Some(e) = self.elevator.lock().as_mut() {
+            e.requeue_request(&cx, rq);
+        }
+    }
+
+    /// Tells the elevator the scheduler depth is now `nr`, over `nr_keys` request keys.
+    pub(super) fn elevator_depth_updated(&self, nr: usize, nr_keys: usize) {
+        if let Some(e) = self.elevator.lock().as_mut() {
+            e.depth_updated(nr, nr_keys);
+        }
+    }
+
     /// Inserts `rq`, made for `hctx`, where it waits for dispatch (Linux's
     /// `blk_mq_sched_insert_request`): into the elevator when `elevated` (the queue has one
     /// and `rq` is no flush; `at_head`: ahead of what it holds, for a requeued request),
