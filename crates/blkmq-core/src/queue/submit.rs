@@ -198,13 +198,14 @@ impl<D: Driver> RequestQueue<D> {
     ///
     /// 1. A usage reference, or the bio comes back (frozen).
     /// 2. A hardware queue, or the bio ends with an I/O error (none active).
-    /// 3. Without an elevator or a plug (the common submission): a merge into the CPU's
-    ///    software queue, else a request issued at once on an idle hardware queue.
-    /// 4. A merge into the plug's newest request of this queue.
-    /// 5. With an elevator: its merge, else a request allocated, prepared and inserted,
-    ///    all under one hold of its lock ([`elevator_submit`](Self::elevator_submit)).
-    /// 6. Without one: a merge into the software queue; then a request, into the plug, or
-    ///    inserted and its hardware queue run.
+    /// 3. A merge into the plug's newest request of this queue.
+    /// 4. With an elevator: its merge, else a request allocated, prepared and inserted
+    ///    (or put in the plug), all under one hold of its lock
+    ///    ([`elevator_submit`](Self::elevator_submit)).
+    /// 5. Without one: a merge into the newest requests of the CPU's software queue.
+    /// 6. A request: into the plug; without an elevator (the common submission) issued at
+    ///    once on an idle hardware queue, else queued on the CPU's software queue; a
+    ///    flush, or a request whose elevator is gone, on the dispatch list.
     ///
     /// The usage reference is a guard: every exit before a request is made lets it go, and
     /// a request made takes it over.
@@ -236,27 +237,6 @@ impl<D: Driver> RequestQueue<D> {
         } else {
             self.limits.segments(bio.op, bio.sector, bio.sectors)
         };
-        if !elevated && plug.is_none() {
-            if mergeable && self.try_ctx_merge(cpu, kind, bio) {
-                return Ok(());
-            }
-            let rq = match self
-                .tags()
-                .alloc_with_bio(&Alloc::new(hctx, cpu), *bio, segments)
-            {
-                Ok(rq) => rq,
-                Err((e, bio)) => return self.alloc_failed(usage, e, bio),
-            };
-            // INVARIANT: the request holds the usage reference until it is freed.
-            usage.hand_to_request();
-            if bio.op == Op::Flush {
-                self.insert(rq, hctx, false, false);
-                self.run_hw_queue(hctx);
-            } else {
-                self.issue_direct(rq, cpu, hctx, kind);
-            }
-            return Ok(());
-        }
         if mergeable {
             if let Some(plug) = plug.as_deref_mut() {
                 if plug.try_merge(self, bio) {
@@ -295,6 +275,8 @@ impl<D: Driver> RequestQueue<D> {
         usage.hand_to_request();
         match plug {
             Some(plug) => plug.add(self, rq),
+            // The common submission: issued at once on an idle hardware queue.
+            None if !elevated && bio.op != Op::Flush => self.issue_direct(rq, cpu, hctx, kind),
             None => {
                 self.insert(rq, hctx, elevated, false);
                 self.run_hw_queue(hctx);
