@@ -168,7 +168,10 @@ impl<D: Driver> RequestQueue<D> {
     ///
     /// What came of the bio; or `usage` and the bio back, for the submission to go on as
     /// without an elevator, when the elevator is gone.
+    ///
+    /// Never inlined: the common submission, which has no elevator, keeps its frame small.
     #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
     pub(super) fn elevator_submit<'q>(
         &'q self,
         usage: UsageRef<'q, D>,

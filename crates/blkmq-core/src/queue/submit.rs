@@ -148,7 +148,10 @@ impl<D: Driver> RequestQueue<D> {
     fn submit_inner<'q>(&'q self, bio: Bio, mut plug: Option<&mut Plug<'q, D>>) -> Result<(), Bio> {
         // The common bio in a few steps: no piece of a split, valid, one request whole.
         if !bio.flags.contains(BioFlags::SPLIT) && self.limits.fits_whole(&bio) {
-            return self.submit_one(&bio, true, plug);
+            return match plug {
+                None => self.submit_whole(&bio),
+                plug => self.submit_general(&bio, true, plug),
+            };
         }
         let piece = self.splits.is_piece(&bio);
         if !piece {
@@ -159,7 +162,7 @@ impl<D: Driver> RequestQueue<D> {
         }
         let len = self.split_len(&bio);
         if len >= bio.sectors {
-            return self.submit_one(&bio, false, plug.as_deref_mut());
+            return self.submit_general(&bio, false, plug.as_deref_mut());
         }
         let mut rest = if piece { bio } else { self.splits.start(bio)? };
         // Whether part of the parent is in: then only the rest can come back.
@@ -167,10 +170,10 @@ impl<D: Driver> RequestQueue<D> {
         loop {
             let len = self.split_len(&rest);
             if len >= rest.sectors {
-                return self.submit_one(&rest, false, plug.as_deref_mut());
+                return self.submit_general(&rest, false, plug.as_deref_mut());
             }
             let (first, tail) = self.splits.cut(rest, len);
-            match self.submit_one(&first, false, plug.as_deref_mut()) {
+            match self.submit_general(&first, false, plug.as_deref_mut()) {
                 Ok(()) => {
                     rest = tail;
                     any_in = true;
@@ -192,6 +195,24 @@ impl<D: Driver> RequestQueue<D> {
         self.limits.split_len(bio).max(block.min(bio.sectors))
     }
 
+    /// [`submit_one`](Self::submit_one) for the common bio: a read or write that fits one
+    /// request whole, with no plug. An instance of its own, so the common submission goes
+    /// the whole way in one frame with nothing of the plug's in it.
+    fn submit_whole(&self, bio: &Bio) -> Result<(), Bio> {
+        self.submit_one(bio, true, None)
+    }
+
+    /// [`submit_one`](Self::submit_one) for every other bio that fits one request: in a
+    /// plug, or a piece of a split.
+    fn submit_general<'q>(
+        &'q self,
+        bio: &Bio,
+        whole: bool,
+        plug: Option<&mut Plug<'q, D>>,
+    ) -> Result<(), Bio> {
+        self.submit_one(bio, whole, plug)
+    }
+
     /// Submits a bio that fits one request (`whole`: it fits whole,
     /// [`QueueLimits::fits_whole`](crate::QueueLimits::fits_whole), so it has one data
     /// segment): the one way in, in this order, each step an early exit.
@@ -209,6 +230,10 @@ impl<D: Driver> RequestQueue<D> {
     ///
     /// The usage reference is a guard: every exit before a request is made lets it go, and
     /// a request made takes it over.
+    ///
+    /// Inlined into its two instances, [`submit_whole`](Self::submit_whole) and
+    /// [`submit_general`](Self::submit_general).
+    #[inline(always)]
     fn submit_one<'q>(
         &'q self,
         bio: &Bio,
