@@ -166,8 +166,8 @@ impl<D: Driver> RequestQueue<D> {
     /// hardware queue's runner claimed and its first pick made on an idle one; then, the
     /// lock let go, `hctx` runs. With a `plug`, the prepared request goes there instead.
     ///
-    /// What came of the bio; or `usage` and the bio back, for the submission to go on as
-    /// without an elevator, when the elevator is gone.
+    /// What came of the bio; or `usage` back, for the submission to go on as without an
+    /// elevator, when the elevator is gone.
     ///
     /// Never inlined: the common submission, which has no elevator, keeps its frame small.
     #[allow(clippy::too_many_arguments)]
@@ -175,19 +175,20 @@ impl<D: Driver> RequestQueue<D> {
     pub(super) fn elevator_submit<'q>(
         &'q self,
         usage: UsageRef<'q, D>,
-        mut bio: Bio,
+        bio: &Bio,
         segments: u32,
         mergeable: bool,
         cpu: usize,
         hctx: usize,
         plug: Option<&mut Plug<'q, D>>,
-    ) -> Result<Result<(), Bio>, (UsageRef<'q, D>, Bio)> {
+    ) -> Result<Result<(), Bio>, UsageRef<'q, D>> {
         let tags = self.tags();
         let cx = self.elv_cx();
         let mut guard = self.elevator.lock();
         let Some(e) = guard.as_mut() else {
-            return Err((usage, bio));
+            return Err(usage);
         };
+        let mut bio = *bio;
         if mergeable {
             match e.bio_merge(&cx, bio) {
                 Ok(()) => {

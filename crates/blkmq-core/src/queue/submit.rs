@@ -198,6 +198,7 @@ impl<D: Driver> RequestQueue<D> {
     /// [`submit_one`](Self::submit_one) for the common bio: a read or write that fits one
     /// request whole, with no plug. An instance of its own, so the common submission goes
     /// the whole way in one frame with nothing of the plug's in it.
+    #[inline(never)]
     fn submit_whole(&self, bio: &Bio) -> Result<(), Bio> {
         self.submit_one(bio, true, None)
     }
@@ -269,10 +270,10 @@ impl<D: Driver> RequestQueue<D> {
                 }
             }
         }
-        let (usage, bio) = if elevated {
+        let usage = if elevated {
             match self.elevator_submit(
                 usage,
-                *bio,
+                bio,
                 segments,
                 mergeable,
                 cpu,
@@ -281,17 +282,17 @@ impl<D: Driver> RequestQueue<D> {
             ) {
                 Ok(done) => return done,
                 // The elevator went away under us (it cannot: switching freezes first).
-                Err(back) => back,
+                Err(usage) => usage,
             }
         } else {
             if mergeable && self.try_ctx_merge(cpu, kind, bio) {
                 return Ok(());
             }
-            (usage, *bio)
+            usage
         };
         let rq = match self
             .tags()
-            .alloc_with_bio(&Alloc::new(hctx, cpu), bio, segments)
+            .alloc_with_bio(&Alloc::new(hctx, cpu), *bio, segments)
         {
             Ok(rq) => rq,
             Err((e, bio)) => return self.alloc_failed(usage, e, bio),
