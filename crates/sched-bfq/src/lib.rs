@@ -2,7 +2,7 @@
 //!
 //! Every issuer ([`IssuerId`]) gets a queue for its sync I/O (reads, and writes someone
 //! waits for); async writes share one queue per priority class and level within a group.
-//! Each queue is a leaf of a B-WF2Q+ scheduler ([`wf2q`]) with a weight — `(8 - level) x
+//! Each queue is a leaf of a B-WF2Q+ scheduler with a weight — `(8 - level) x
 //! 10` from the I/O priority, or set with [`Bfq::set_issuer_weight`] — under a hierarchy of
 //! groups ([`Bfq::add_group`]). The scheduler grants one queue at a time the device for a
 //! *budget* of sectors; service is shared by sectors in proportion to the weights, so a
@@ -103,7 +103,7 @@ mod rate;
 mod service;
 mod slot_list;
 mod tunables;
-pub mod wf2q;
+mod wf2q;
 
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
