@@ -45,7 +45,10 @@
 #[path = "raid_hba/hba.rs"]
 mod hba;
 
-use hba::{Config, Mode, Rig, Stats, targets};
+use hba::driver::MEMBERS;
+use hba::rig::CPUS;
+use hba::stats::{Stats, targets};
+use hba::{Config, Mode, Rig};
 
 fn usage(msg: &str) -> ! {
     eprintln!("raid_hba: {msg} (see the example's documentation for the options)");
@@ -115,7 +118,7 @@ fn table(cfg: &Config, modes: &[Mode], ios: u64, rounds: u64) -> bool {
     println!(
         "RAID-0 over {} drives, 4 KiB random reads, {} submitter(s) x iodepth {}, {}, \
          host depth {}, volume budget {}, {} hctxs over {} CPU slots, member latency {} us, {} reads per mode in {} rounds{}",
-        hba::MEMBERS,
+        MEMBERS,
         cfg.submitters,
         cfg.iodepth,
         if cfg.completers == 0 {
@@ -126,7 +129,7 @@ fn table(cfg: &Config, modes: &[Mode], ios: u64, rounds: u64) -> bool {
         cfg.depth,
         cfg.budget,
         cfg.hctxs,
-        hba::CPUS,
+        CPUS,
         cfg.latency_ns / 1000,
         ios,
         rounds,
