@@ -20,9 +20,9 @@
 //!   in a slot: on an idle card it starts the command at once and raises the interrupt for
 //!   the time it ends; with a command on the bus and the second slot free it prepares the
 //!   command behind it; with both slots taken it answers [`Status::Resource`]. A request
-//!   with nothing to read or write ends with [`Status::IoErr`].
+//!   the queue cannot describe (`cx.io` gives nothing) ends with [`Status::IoErr`].
 //! * Budget, batches, timeouts: the trait's defaults. The two slots are the device's whole
-//!   queue, and the tag depth of the scenarios (two) matches them.
+//!   queue, and the pipelined set-ups give the hardware queue as many tags (two).
 //!
 //! # Where completions come from
 //!
@@ -47,8 +47,10 @@
 //!
 //! [`HostStyle::OneAtATime`] is what the naive switch to blk-mq kept of Linux's legacy
 //! path: a queue thread (`mmcqd`) that takes one request, prepares and starts it, and
-//! wakes again at the interrupt to end it, preparing the next only then. It is here to
-//! measure what that costs; [`HostStyle::Pipelined`] is the driver to copy.
+//! wakes again at the interrupt to end it, preparing the next only then. The same code
+//! plays it, with the second slot unused and each start and completion later by the
+//! thread's wake-up ([`QUEUE_THREAD_WAKE_NS`]). It is here to measure what that costs;
+//! [`HostStyle::Pipelined`] is the driver to copy.
 
 use std::sync::{Mutex, MutexGuard};
 

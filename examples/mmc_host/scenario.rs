@@ -19,6 +19,7 @@ use super::startup::{Startup, run_startup, startup_columns};
 /// Requests a scheduler holds: Linux's MMC queue announces a depth of 64 to blk-mq, which
 /// gives a scheduler twice that, whatever the two slots of the card.
 pub(crate) const SCHED_REQUESTS: usize = 128;
+
 /// One simulated column: a host driver style, its tag depth, whether `dd`'s bios may
 /// merge, and the I/O scheduler. Adding a scheduler is adding an entry to [`COLUMNS`].
 #[derive(Clone, Copy, Debug)]
