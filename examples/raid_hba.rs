@@ -26,6 +26,12 @@
 //! after, the cost the fix removed; done in this example's completion thread, not in the
 //! library).
 //!
+//! The driver (`Hba` in `raid_hba/driver.rs`, with its hardware and each `Driver` method
+//! explained there) takes a unit of the volume's budget per command, maps each request to
+//! its member drive and posts it on the reply queue of its hardware queue; the completion
+//! threads (or, inline, the submitters) take what is due there and end it in one batch.
+//! The load around it is in `raid_hba/rig.rs`.
+//!
 //! What is measured. IOPS is reads over the wall time from the common start to the last
 //! completion. CPU time is busy time measured with `Instant` around the work of each thread
 //! (each `submit` call; each completion batch from pop to end), not the OS's thread CPU

@@ -103,7 +103,7 @@ impl Stats {
     }
 }
 
-/// The done-when targets, each with its measured ratio and whether it passes.
+/// The targets the example prints, each with its measured ratio and whether it passes.
 pub(crate) fn targets(results: &[(Mode, Stats)]) -> Vec<(String, f64, bool)> {
     let get = |m: Mode| results.iter().find(|(r, _)| *r == m).map(|(_, s)| s);
     let mut out = Vec::new();
