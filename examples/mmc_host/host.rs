@@ -13,7 +13,7 @@
 //! * `figures.rs`: the figures of a set-up, read from the seed's text or measured.
 //! * `startup.rs`: responsiveness, an application starting up under background writes.
 //! * `compare.rs`: the calibration against the seed's BEFORE and the direction checks.
-//! * `report.rs`: the [`report`] the example prints.
+//! * `report.rs`: the [`report`](report()) the example prints.
 
 use std::error::Error;
 

@@ -57,7 +57,7 @@ pub(crate) struct Config {
     pub(crate) reply_queues: usize,
     /// Each member's modeled service time; zero completes at once (CPU-bound).
     pub(crate) latency_ns: u64,
-    /// Check each read's data and every I/O's identity (see [`data_of`](super::data_of)).
+    /// Check each read's data and every I/O's identity (see [`data_of`](super::driver::data_of)).
     pub(crate) verify: bool,
     /// Seed of the random sectors.
     pub(crate) seed: u64,
