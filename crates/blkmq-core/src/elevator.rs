@@ -429,15 +429,17 @@ impl core::fmt::Debug for ElvCx<'_> {
 ///
 /// Keys: every request has a dense [key](ElvCx::key) below [`ElvCx::nr_keys`]; an elevator
 /// keeps its requests in an array indexed by key and its orders (sorted trees, FIFOs) as
-/// keys, which is how the queue names a request back to it
-/// ([`request_mut`](Self::request_mut)).
+/// keys, which is how its merge hooks name a request
+/// ([`request_merge`](Self::request_merge), [`requests_merged`](Self::requests_merged)).
 ///
-/// Merging follows Linux: the queue asks [`request_merge`](Self::request_merge) for a
-/// request that `bio` touches, merges it within the limits, reports
+/// Merging follows Linux: the queue offers a bio to [`bio_merge`](Self::bio_merge), which
+/// merges nothing unless the elevator replaces it. An elevator that merges asks
+/// [`request_merge`](Self::request_merge) for a request that `bio` touches, merges it
+/// within the limits ([`ElvCx::merge_bio`]), reports
 /// [`request_merged`](Self::request_merged), then tries to merge that request with its
-/// neighbour ([`next_request`](Self::next_request)), reporting
-/// [`requests_merged`](Self::requests_merged). [`bio_merge`](Self::bio_merge) runs that
-/// sequence (its example implements these hooks); an elevator may replace it.
+/// neighbour ([`ElvCx::merge_requests`]), reporting
+/// [`requests_merged`](Self::requests_merged): the `blkmq-sched-index` crate's `bio_merge`
+/// runs that sequence over the elevator's storage, for mq-deadline and BFQ alike.
 ///
 /// ```
 /// use blkmq_core::{ElvCx, Elevator, Rq};
@@ -948,188 +950,74 @@ pub trait Elevator: core::any::Any + Send {
         true
     }
 
-    /// A held request that `bio` touches (by key), and at which end.
+    /// A held request that `bio` touches (by key), and at which end: the first step of
+    /// the merge sequence a merging [`bio_merge`](Self::bio_merge) runs.
     ///
-    /// [`bio_merge`](Self::bio_merge)'s example implements it.
+    /// The `blkmq-sched-index` crate's `bio_merge` runs the sequence through this hook and
+    /// the two below; its example implements them.
     fn request_merge(&mut self, cx: &ElvCx<'_>, bio: &Bio) -> Option<(usize, MergeKind)> {
         let _ = (cx, bio);
         None
     }
 
-    /// The held request with `key`.
-    ///
-    /// [`bio_merge`](Self::bio_merge)'s example implements it.
-    fn request(&self, key: usize) -> Option<&Rq> {
-        let _ = key;
-        None
-    }
-
-    /// The held request with `key`, to change.
-    ///
-    /// [`bio_merge`](Self::bio_merge)'s example implements it.
-    fn request_mut(&mut self, key: usize) -> Option<&mut Rq> {
-        let _ = key;
-        None
-    }
-
     /// A bio merged into the request with `key` at the `kind` end (its start may have moved).
     ///
-    /// [`bio_merge`](Self::bio_merge)'s example implements it.
+    /// The `blkmq-sched-index` crate's `bio_merge` example implements it.
     fn request_merged(&mut self, cx: &ElvCx<'_>, key: usize, kind: MergeKind) {
         let _ = (cx, key, kind);
     }
 
-    /// After a `kind` merge into `key`, the held request that may now merge with it: the
-    /// next in sector order after a back merge, the previous one after a front merge.
+    /// The request with key `from` (taken out of the elevator's orders) was appended to the
+    /// one with key `into` and freed; per-key data of `from` is still the elevator's to
+    /// read. mq-deadline keeps the earlier deadline here.
     ///
-    /// [`bio_merge`](Self::bio_merge)'s example implements it.
-    fn next_request(&mut self, cx: &ElvCx<'_>, key: usize, kind: MergeKind) -> Option<usize> {
-        let _ = (cx, key, kind);
-        None
-    }
-
-    /// Removes the request with `key` from every order and gives it back (it is about to
-    /// merge into another).
-    ///
-    /// [`bio_merge`](Self::bio_merge)'s example implements it.
-    fn take_request(&mut self, key: usize) -> Option<Rq> {
-        let _ = key;
-        None
-    }
-
-    /// The request with key `from` (taken by [`take_request`](Self::take_request)) was
-    /// appended to the one with key `into` and freed; per-key data of `from` is still the
-    /// elevator's to read. mq-deadline keeps the earlier deadline here.
-    ///
-    /// [`bio_merge`](Self::bio_merge)'s example implements it.
+    /// The `blkmq-sched-index` crate's `bio_merge` example implements it.
     fn requests_merged(&mut self, cx: &ElvCx<'_>, into: usize, from: usize) {
         let _ = (cx, into, from);
     }
 
     /// Tries to merge `bio` into a held request; gives it back when none takes it. The
-    /// provided method runs Linux's sequence through the hooks above.
+    /// provided method merges nothing, as suits an elevator with no merge support; one that
+    /// merges replaces it, as mq-deadline and BFQ do with the `blkmq-sched-index` crate's
+    /// `bio_merge`, which runs Linux's sequence through the hooks above.
     ///
     /// ```
     /// use blkmq_core::*;
-    /// use std::collections::BTreeMap;
+    /// use std::collections::VecDeque;
     ///
-    /// /// Keeps its requests by key and in sector order, and merges through the hooks.
+    /// /// First in, first out; merges nothing.
     /// #[derive(Default)]
-    /// struct Sorted {
-    ///     held: Vec<Option<Rq>>,
-    ///     by_start: BTreeMap<u64, usize>,
-    ///     merges: usize,
-    /// }
-    /// impl Sorted {
-    ///     fn io<'a>(&'a self, cx: &'a ElvCx<'_>, key: usize) -> Option<&'a RqIo> {
-    ///         cx.io(self.request(key)?).ok()
-    ///     }
-    /// }
-    /// impl Elevator for Sorted {
-    /// #     fn name(&self) -> &'static str { "sorted" }
-    ///     fn depth_updated(&mut self, _: usize, nr_keys: usize) {
-    ///         self.held.resize_with(nr_keys, || None);
-    ///     }
-    ///     fn insert_requests(&mut self, cx: &ElvCx, rqs: &mut dyn Iterator<Item = Rq>, _: bool) {
-    ///         for rq in rqs {
-    ///             let key = cx.key(&rq);
-    ///             self.by_start.insert(cx.io(&rq).unwrap().sector(), key);
-    ///             self.held[key] = Some(rq);
-    ///         }
-    ///     }
-    ///     fn dispatch_request(&mut self, _: &ElvCx<'_>, _: usize) -> Option<Rq> {
-    ///         let (_, key) = self.by_start.pop_first()?;
-    ///         self.held[key].take()
-    ///     }
-    ///     fn has_work(&self, _: usize) -> bool {
-    ///         !self.by_start.is_empty()
-    ///     }
-    ///     fn request_merge(&mut self, cx: &ElvCx<'_>, bio: &Bio) -> Option<(usize, MergeKind)> {
-    ///         if let Some((_, &key)) = self.by_start.range(..bio.sector).next_back() {
-    ///             if self.io(cx, key)?.end_sector() == bio.sector {
-    ///                 return Some((key, MergeKind::Back));
-    ///             }
-    ///         }
-    ///         Some((*self.by_start.get(&bio.end_sector())?, MergeKind::Front))
-    ///     }
-    ///     fn request(&self, key: usize) -> Option<&Rq> {
-    ///         self.held.get(key)?.as_ref()
-    ///     }
-    ///     fn request_mut(&mut self, key: usize) -> Option<&mut Rq> {
-    ///         self.held.get_mut(key)?.as_mut()
-    ///     }
-    ///     fn request_merged(&mut self, cx: &ElvCx<'_>, key: usize, kind: MergeKind) {
-    ///         if kind == MergeKind::Front {
-    ///             // Its start moved.
-    ///             self.by_start.retain(|_, k| *k != key);
-    ///             let start = self.io(cx, key).unwrap().sector();
-    ///             self.by_start.insert(start, key);
-    ///         }
-    ///     }
-    ///     fn next_request(&mut self, cx: &ElvCx, key: usize, kind: MergeKind) -> Option<usize> {
-    ///         // The neighbour in sector order; the queue checks that they touch.
-    ///         let start = self.io(cx, key)?.sector();
-    ///         let next = match kind {
-    ///             MergeKind::Back => self.by_start.range(start + 1..).next(),
-    ///             MergeKind::Front => self.by_start.range(..start).next_back(),
-    ///         };
-    ///         next.map(|(_, &k)| k)
-    ///     }
-    ///     fn take_request(&mut self, key: usize) -> Option<Rq> {
-    ///         self.by_start.retain(|_, k| *k != key);
-    ///         self.held.get_mut(key)?.take()
-    ///     }
-    ///     fn requests_merged(&mut self, _: &ElvCx<'_>, _: usize, _: usize) {
-    ///         self.merges += 1;
-    ///     }
+    /// struct Fifo(VecDeque<Rq>);
+    /// impl Elevator for Fifo {
+    /// #     fn name(&self) -> &'static str { "fifo" }
+    /// #     fn insert_requests(&mut self, _: &ElvCx, rqs: &mut dyn Iterator<Item = Rq>, _: bool) {
+    /// #         self.0.extend(rqs);
+    /// #     }
+    /// #     fn dispatch_request(&mut self, _: &ElvCx<'_>, _: usize) -> Option<Rq> {
+    /// #         self.0.pop_front()
+    /// #     }
+    /// #     fn has_work(&self, _: usize) -> bool { !self.0.is_empty() }
     /// }
     ///
-    /// let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
-    /// let mut tags = set.attach().unwrap();
-    /// tags.attach_scheduler(None, |_| ()).unwrap();
-    /// let limits = QueueLimits::new(1 << 20);
+    /// # let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
+    /// # let mut tags = set.attach().unwrap();
+    /// # tags.attach_scheduler(None, |_| ()).unwrap();
+    /// # let limits = QueueLimits::new(1 << 20);
     /// let cx = ElvCx::new(&tags, &limits, 0);
-    /// let mut elv = Sorted::default();
-    /// elv.depth_updated(tags.nr_requests().unwrap(), tags.nr_keys());
-    /// for sector in [16, 0] {
-    ///     let mut rq = tags.alloc(&Alloc::new(0, 0)).unwrap();
-    ///     tags.set_bio(&mut rq, Bio::new(Op::Read, sector, 8)).unwrap();
-    ///     elv.insert_requests(&cx, &mut core::iter::once(rq), false);
-    /// }
-    /// // 8..16 joins the request at 0 at its back, which then takes in the one at 16.
-    /// elv.bio_merge(&cx, Bio::new(Op::Read, 8, 8)).unwrap();
-    /// assert!(elv.bio_merge(&cx, Bio::new(Op::Read, 100, 8)).is_err()); // touches none
-    /// assert_eq!(elv.merges, 1);
-    /// let rq = elv.dispatch_request(&cx, 0).unwrap();
-    /// let io = cx.io(&rq).unwrap();
-    /// assert_eq!((io.sector(), io.sectors(), io.nr_bios()), (0, 24, 3));
-    /// assert!(!elv.has_work(0));
+    /// let mut fifo = Fifo::default();
+    /// let mut rq = tags.alloc(&Alloc::new(0, 0)).unwrap();
+    /// tags.set_bio(&mut rq, Bio::new(Op::Read, 0, 8)).unwrap();
+    /// fifo.insert_request(&cx, rq, false);
+    /// // 8..16 touches the request held, but this elevator merges nothing: it comes back.
+    /// let back = fifo.bio_merge(&cx, Bio::new(Op::Read, 8, 8)).unwrap_err();
+    /// assert_eq!((back.sector, back.sectors), (8, 8));
+    /// let rq = fifo.dispatch_request(&cx, 0).unwrap();
+    /// assert_eq!(cx.io(&rq).unwrap().sectors(), 8);
     /// tags.free(rq).unwrap();
     /// ```
     fn bio_merge(&mut self, cx: &ElvCx<'_>, bio: Bio) -> Result<(), Bio> {
-        let Some((key, kind)) = self.request_merge(cx, &bio) else {
-            return Err(bio);
-        };
-        let allowed = match self.request(key).map(|rq| cx.io(rq)) {
-            Some(Ok(io)) => self.allow_merge(io, &bio),
-            _ => false,
-        };
-        if !allowed {
-            return Err(bio);
-        }
-        let Some(rq) = self.request_mut(key) else {
-            return Err(bio);
-        };
-        cx.merge_bio(rq, bio)?;
-        self.request_merged(cx, key, kind);
-        if let Some(other) = self.next_request(cx, key, kind) {
-            let (into, from) = match kind {
-                MergeKind::Back => (key, other),
-                MergeKind::Front => (other, key),
-            };
-            merge_held(self, cx, into, from);
-        }
-        Ok(())
+        let _ = cx;
+        Err(bio)
     }
 
     /// A request that went through the elevator is being freed (completed, or ended with
@@ -1344,29 +1232,6 @@ pub trait Elevator: core::any::Any + Send {
     /// ```
     fn next_timer(&self) -> Option<u64> {
         None
-    }
-}
-
-/// Appends held request `from` to held request `into` when the queue's rules allow,
-/// through the hooks; `from` goes back to the elevator if the merge fails after all.
-fn merge_held<E: Elevator + ?Sized>(elv: &mut E, cx: &ElvCx<'_>, into: usize, from: usize) {
-    let fits = match (elv.request(into), elv.request(from)) {
-        (Some(a), Some(b)) => cx.can_append(a, b),
-        _ => false,
-    };
-    if !fits {
-        return;
-    }
-    let Some(from_rq) = elv.take_request(from) else {
-        return;
-    };
-    let back = match elv.request_mut(into) {
-        Some(into_rq) => cx.merge_requests(into_rq, from_rq).err(),
-        None => Some(from_rq),
-    };
-    match back {
-        None => elv.requests_merged(cx, into, from),
-        Some(rq) => elv.insert_request(cx, rq, false),
     }
 }
 

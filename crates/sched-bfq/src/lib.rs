@@ -48,7 +48,7 @@
 //! always get the maximum budget and are charged three times their sectors.
 //!
 //! Requests are kept per queue in a sector-sorted tree and a FIFO from
-//! [`blkmq_core::sched_index`], in arrays sized by [`Elevator::depth_updated`]; queue
+//! [`blkmq_sched_index`], in arrays sized by [`Elevator::depth_updated`]; queue
 //! state is allocated when an issuer's queue is first made and recycled after it has been
 //! idle for 12 s. Nothing is allocated per request.
 //!
@@ -109,8 +109,8 @@ use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 use core::fmt;
 
-use blkmq_core::sched_index::{KeyLists, SortedRequests};
 use blkmq_core::{Bio, BioFlags, Elevator, ElvCx, IoPrio, IssuerId, MergeKind, Op, Rq, RqIo};
+use blkmq_sched_index::{HeldRequests, KeyLists, SortedRequests};
 
 /// A tunable refused (shared by every scheduler).
 pub use blkmq_core::TunableError;
@@ -1298,28 +1298,10 @@ impl Elevator for Bfq {
         self.sorted.request_merge(cx, bio, q, true, |_, t| t == q)
     }
 
-    fn request(&self, key: usize) -> Option<&Rq> {
-        self.sorted.request(key)
-    }
-
-    fn request_mut(&mut self, key: usize) -> Option<&mut Rq> {
-        self.sorted.request_mut(key)
-    }
-
     fn request_merged(&mut self, cx: &ElvCx<'_>, key: usize, kind: MergeKind) {
         if let Some(sectors) = self.sorted.request_merged(cx, key, kind) {
             self.info[key].sectors = sectors;
         }
-    }
-
-    fn next_request(&mut self, _cx: &ElvCx<'_>, key: usize, kind: MergeKind) -> Option<usize> {
-        self.sorted.next_request(key, kind)
-    }
-
-    fn take_request(&mut self, key: usize) -> Option<Rq> {
-        // Out of the sector order, but kept in the FIFO until `requests_merged` has handed
-        // its place to the survivor (or the merge fails and it is inserted again).
-        self.sorted.take_request(key)
     }
 
     fn requests_merged(&mut self, cx: &ElvCx<'_>, into: usize, from: usize) {
@@ -1327,6 +1309,10 @@ impl Elevator for Bfq {
             self.info[into].sectors = sectors;
         }
         self.finish_merged(into, from);
+    }
+
+    fn bio_merge(&mut self, cx: &ElvCx<'_>, bio: Bio) -> Result<(), Bio> {
+        blkmq_sched_index::bio_merge(self, cx, bio)
     }
 
     fn completed_request(&mut self, cx: &ElvCx<'_>, rq: &Rq) {
@@ -1381,6 +1367,26 @@ impl Elevator for Bfq {
             return None;
         }
         self.idle_until
+    }
+}
+
+impl HeldRequests for Bfq {
+    fn request(&self, key: usize) -> Option<&Rq> {
+        self.sorted.request(key)
+    }
+
+    fn request_mut(&mut self, key: usize) -> Option<&mut Rq> {
+        self.sorted.request_mut(key)
+    }
+
+    fn next_request(&mut self, _cx: &ElvCx<'_>, key: usize, kind: MergeKind) -> Option<usize> {
+        self.sorted.next_request(key, kind)
+    }
+
+    fn take_request(&mut self, key: usize) -> Option<Rq> {
+        // Out of the sector order, but kept in the FIFO until `requests_merged` has handed
+        // its place to the survivor (or the merge fails and it is inserted again).
+        self.sorted.take_request(key)
     }
 }
 
