@@ -1,6 +1,7 @@
 //! BFQ as an elevator: the calls the queue makes into it.
 
 use blkmq_core::{Bio, BioFlags, Elevator, ElvCx, MergeKind, Op, Rq, RqIo};
+use blkmq_sched_index::HeldRequests;
 
 use crate::queue::NO_QUEUE;
 use crate::{Bfq, DISPATCH, is_sync};
@@ -118,28 +119,14 @@ impl Elevator for Bfq {
         self.sorted.request_merge(cx, bio, q, true, |_, t| t == q)
     }
 
-    fn request(&self, key: usize) -> Option<&Rq> {
-        self.sorted.request(key)
-    }
-
-    fn request_mut(&mut self, key: usize) -> Option<&mut Rq> {
-        self.sorted.request_mut(key)
+    fn bio_merge(&mut self, cx: &ElvCx<'_>, bio: Bio) -> Result<(), Bio> {
+        blkmq_sched_index::bio_merge(self, cx, bio)
     }
 
     fn request_merged(&mut self, cx: &ElvCx<'_>, key: usize, kind: MergeKind) {
         if let Some(sectors) = self.sorted.request_merged(cx, key, kind) {
             self.info[key].sectors = sectors;
         }
-    }
-
-    fn next_request(&mut self, _cx: &ElvCx<'_>, key: usize, kind: MergeKind) -> Option<usize> {
-        self.sorted.next_request(key, kind)
-    }
-
-    fn take_request(&mut self, key: usize) -> Option<Rq> {
-        // Out of the sector order, but kept in the FIFO until `requests_merged` has handed
-        // its place to the survivor (or the merge fails and it is inserted again).
-        self.sorted.take_request(key)
     }
 
     fn requests_merged(&mut self, cx: &ElvCx<'_>, into: usize, from: usize) {
@@ -201,5 +188,25 @@ impl Elevator for Bfq {
             return None;
         }
         self.idle_until
+    }
+}
+
+impl HeldRequests for Bfq {
+    fn request(&self, key: usize) -> Option<&Rq> {
+        self.sorted.request(key)
+    }
+
+    fn request_mut(&mut self, key: usize) -> Option<&mut Rq> {
+        self.sorted.request_mut(key)
+    }
+
+    fn next_request(&mut self, _cx: &ElvCx<'_>, key: usize, kind: MergeKind) -> Option<usize> {
+        self.sorted.next_request(key, kind)
+    }
+
+    fn take_request(&mut self, key: usize) -> Option<Rq> {
+        // Out of the sector order, but kept in the FIFO until `requests_merged` has handed
+        // its place to the survivor (or the merge fails and it is inserted again).
+        self.sorted.take_request(key)
     }
 }

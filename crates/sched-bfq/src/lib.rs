@@ -48,7 +48,7 @@
 //! always get the maximum budget and are charged three times their sectors.
 //!
 //! Requests are kept per queue in a sector-sorted tree and a FIFO from
-//! [`blkmq_core::sched_index`], in arrays sized by [`Elevator::depth_updated`]; queue
+//! [`blkmq_sched_index`], in arrays sized by [`Elevator::depth_updated`]; queue
 //! state is allocated when an issuer's queue is first made and recycled after it has been
 //! idle for 12 s. Nothing is allocated per request.
 //!
@@ -112,8 +112,8 @@ use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 use core::fmt;
 
-use blkmq_core::sched_index::{KeyLists, SortedRequests};
 use blkmq_core::{BioFlags, Elevator, ElvCx, IoPrio, IssuerId, Op, Rq};
+use blkmq_sched_index::{KeyLists, SortedRequests};
 
 /// A tunable refused (shared by every scheduler).
 pub use blkmq_core::TunableError;
