@@ -19,7 +19,7 @@
 //! made.
 //!
 //! After every op it checks what the harness checks of every elevator (see
-//! [`elv`](crate::elv): every bio dispatched exactly once per insertion, every
+//! [`elv`]: every bio dispatched exactly once per insertion, every
 //! dispatched request exactly its bios within the limits, every bio ending once with its
 //! request's status, the scheduler tags in use are the requests held and in flight), and
 //! what BFQ promises:
@@ -201,7 +201,8 @@ pub enum Op {
     },
     /// Completes the `index`-th request in flight: [`Elevator::completed_request`],
     /// [`Elevator::finish_request`], then the tags' completion with status `status % 4` of
-    /// [`Status::Ok`], [`Status::IoErr`], [`Status::Timeout`], [`Status::Medium`].
+    /// [`Status::Ok`](blkmq_core::Status::Ok), [`Status::IoErr`](blkmq_core::Status::IoErr),
+    /// [`Status::Timeout`](blkmq_core::Status::Timeout), [`Status::Medium`](blkmq_core::Status::Medium).
     Complete {
         /// Which request.
         index: u8,
