@@ -26,6 +26,7 @@
 //! ```
 
 #![deny(unsafe_op_in_unsafe_fn)]
+#![forbid(unsafe_code)]
 
 extern crate alloc;
 
