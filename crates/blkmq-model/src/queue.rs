@@ -862,6 +862,37 @@ impl Elevator for Fifo {
         })
     }
 
+    fn bio_merge(&mut self, cx: &ElvCx<'_>, bio: Bio) -> Result<(), Bio> {
+        // Linux's sequence, as the schedulers run it: a bio merge, then the request with
+        // its neighbour.
+        let Some((key, kind)) = self.request_merge(cx, &bio) else {
+            return Err(bio);
+        };
+        let allowed = match self.request(key).map(|rq| cx.io(rq)) {
+            Some(Ok(io)) => self.allow_merge(io, &bio),
+            _ => false,
+        };
+        if !allowed {
+            return Err(bio);
+        }
+        let Some(rq) = self.request_mut(key) else {
+            return Err(bio);
+        };
+        cx.merge_bio(rq, bio)?;
+        self.request_merged(cx, key, kind);
+        if let Some(other) = self.next_request(cx, key, kind) {
+            let (into, from) = match kind {
+                MergeKind::Back => (key, other),
+                MergeKind::Front => (other, key),
+            };
+            self.merge_held(cx, into, from);
+        }
+        Ok(())
+    }
+}
+
+/// The storage the merge sequence of [`Fifo::bio_merge`] reads.
+impl Fifo {
     fn request(&self, key: usize) -> Option<&Rq> {
         self.rqs.get(self.position(key)?).map(|(_, _, rq)| rq)
     }
@@ -887,6 +918,29 @@ impl Elevator for Fifo {
     fn take_request(&mut self, key: usize) -> Option<Rq> {
         let at = self.position(key)?;
         self.remove(at)
+    }
+
+    /// Appends held request `from` to held request `into` when the queue's rules allow;
+    /// `from` goes back if the merge fails after all.
+    fn merge_held(&mut self, cx: &ElvCx<'_>, into: usize, from: usize) {
+        let fits = match (self.request(into), self.request(from)) {
+            (Some(a), Some(b)) => cx.can_append(a, b),
+            _ => false,
+        };
+        if !fits {
+            return;
+        }
+        let Some(from_rq) = self.take_request(from) else {
+            return;
+        };
+        let back = match self.request_mut(into) {
+            Some(into_rq) => cx.merge_requests(into_rq, from_rq).err(),
+            None => Some(from_rq),
+        };
+        match back {
+            None => self.requests_merged(cx, into, from),
+            Some(rq) => self.insert_request(cx, rq, false),
+        }
     }
 }
 
