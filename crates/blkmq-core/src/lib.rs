@@ -48,17 +48,12 @@
 extern crate alloc;
 #[cfg(feature = "std")]
 extern crate std;
-// `arbitrary`'s derive names `::std`; the model itself uses only `core` and `alloc`.
-#[cfg(all(feature = "test-utils", not(feature = "std")))]
-extern crate std;
 
 mod bio;
 mod driver;
 mod elevator;
 mod error;
 mod limits;
-#[cfg(feature = "test-utils")]
-pub mod ops;
 mod platform;
 mod queue;
 mod queue_map;

@@ -91,15 +91,10 @@
 #![forbid(unsafe_code)]
 
 extern crate alloc;
-// `arbitrary`'s derive in the model (`ops`) names `::std`.
-#[cfg(feature = "test-utils")]
-extern crate std;
 
 mod burst;
 mod elevator;
 mod groups;
-#[cfg(feature = "test-utils")]
-pub mod ops;
 mod queue;
 mod rate;
 mod service;

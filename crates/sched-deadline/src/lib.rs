@@ -62,12 +62,6 @@
 #![forbid(unsafe_code)]
 
 extern crate alloc;
-// The model (`ops`) records bio ends under a lock; `arbitrary`'s derive names `::std` too.
-#[cfg(any(test, feature = "test-utils"))]
-extern crate std;
-
-#[cfg(feature = "test-utils")]
-pub mod ops;
 
 use alloc::vec::Vec;
 use core::fmt;

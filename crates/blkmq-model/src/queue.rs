@@ -1,7 +1,7 @@
 //! Operation sequences on a [`Host`] and its [`RequestQueue`]s: submission (direct and
 //! plugged), completion, requeue, a driver that pushes back, budget, quiesce, stop, freeze,
-//! deactivation, timeouts and elevator switches, checked after every op (feature
-//! `test-utils`, shared by the corpus replay and the cargo-fuzz target `queue_ops`).
+//! deactivation, timeouts and elevator switches, checked after every op (shared
+//! by the corpus replay and the cargo-fuzz target `queue_ops`).
 //!
 //! A [`Config`] says what to build: a host of 1 to 4 hardware queues, per-queue or shared host
 //! tags of depth 1 to 16, one or two request queues with the same [`QueueLimits`] (each with
@@ -50,7 +50,7 @@
 //! valid test: a panic or a [`Failure`] is a bug.
 //!
 //! ```
-//! use blkmq_core::ops::queue::{BioSpec, Config, LimitsSpec, Op, Place, run};
+//! use blkmq_model::queue::{BioSpec, Config, LimitsSpec, Op, Place, run};
 //!
 //! let config = Config {
 //!     hw_queues: 1,
@@ -100,15 +100,15 @@ use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering
 use arbitrary::Arbitrary;
 use spin::mutex::SpinMutex;
 
-use crate::bio::{Bio, BioFlags, IoPrio, IoPrioClass, Op as BioOp, Status};
-use crate::driver::{Driver, HctxCx, Rejected, RqBatch, TimeoutAction};
-use crate::elevator::{Elevator, ElvCx};
-use crate::limits::{MergeKind, QueueLimits};
-use crate::platform::Platform;
-use crate::queue::{Host, PLUG_MAX_MULTI, Plug, QueueConfig, RequestQueue};
-use crate::request::{Request, Rq, RqState};
-use crate::tags::RequestInit;
-use crate::tagset::{TagSet, TagSetFlags};
+use blkmq_core::Platform;
+use blkmq_core::RequestInit;
+use blkmq_core::{Bio, BioFlags, IoPrio, IoPrioClass, Op as BioOp, Status};
+use blkmq_core::{Driver, HctxCx, Rejected, RqBatch, TimeoutAction};
+use blkmq_core::{Elevator, ElvCx};
+use blkmq_core::{Host, PLUG_MAX_MULTI, Plug, QueueConfig, RequestQueue};
+use blkmq_core::{MergeKind, QueueLimits};
+use blkmq_core::{Request, Rq, RqState};
+use blkmq_core::{TagSet, TagSetFlags};
 
 /// The most hardware queues [`run`] builds.
 pub const MAX_HW_QUEUES: usize = 4;
