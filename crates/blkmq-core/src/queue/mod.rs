@@ -166,27 +166,14 @@ struct SwCtx<D: Driver> {
 /// dispatch. The driver ends them with [`end_request`](Self::end_request).
 ///
 /// ```
+/// use blkmq_core::testing::Hold; // holds what it is given until the test takes it
 /// use blkmq_core::*;
-/// use std::sync::Mutex;
 ///
-/// /// Holds what it is given until told to complete it.
-/// struct Hold(Mutex<Vec<Rq>>);
-/// impl Driver for Hold {
-///     type Platform = StdPlatform;
-///     type Payload = ();
-///     fn init_request(&self, _: RequestInit) {}
-///     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
-///         self.0.lock().unwrap().push(rq);
-///         Ok(())
-///     }
-/// }
-///
-/// let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold(Mutex::new(Vec::new())))
-///     .unwrap();
+/// let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
 /// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
 /// queue.submit(Bio::new(Op::Write, 0, 8)).unwrap();
 /// queue.submit(Bio::new(Op::Read, 2048, 8)).unwrap(); // past the end: fails at once
-/// let held: Vec<Rq> = host.driver().0.lock().unwrap().drain(..).collect();
+/// let held = host.driver().take();
 /// assert_eq!(held.len(), 1);
 /// for rq in held {
 ///     queue.end_request(rq, Status::Ok);

@@ -76,30 +76,18 @@ pub const PLUG_FLUSH_BYTES: u64 = 128 * 1024;
 /// software queues or the elevator.
 ///
 /// ```
+/// use blkmq_core::testing::Hold; // holds what it is given until the test takes it
 /// use blkmq_core::*;
-/// use std::sync::Mutex;
 ///
-/// struct Hold(Mutex<Vec<Rq>>);
-/// impl Driver for Hold {
-///     type Platform = StdPlatform;
-///     type Payload = ();
-///     fn init_request(&self, _: RequestInit) {}
-///     fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
-///         self.0.lock().unwrap().push(rq);
-///         Ok(())
-///     }
-/// }
-///
-/// let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold(Mutex::new(Vec::new())))
-///     .unwrap();
+/// let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
 /// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
 /// let mut plug = Plug::new();
 /// queue.submit_plugged(&mut plug, Bio::new(Op::Read, 0, 8)).unwrap();
 /// queue.submit_plugged(&mut plug, Bio::new(Op::Read, 8, 8)).unwrap(); // merges
 /// assert_eq!(plug.len(), 1);
-/// assert!(host.driver().0.lock().unwrap().is_empty());
+/// assert!(host.driver().is_empty());
 /// plug.flush();
-/// let held: Vec<Rq> = host.driver().0.lock().unwrap().drain(..).collect();
+/// let held = host.driver().take();
 /// assert_eq!(queue.io(&held[0]).unwrap().sectors(), 16);
 /// queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok)));
 /// ```
