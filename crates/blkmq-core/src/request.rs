@@ -58,6 +58,19 @@ pub const NO_TAG: u32 = u32::MAX;
 ///                     +------------------+
 /// ```
 ///
+/// # Invariants
+/// * `Free -> Idle` happens only in allocation, by whoever the tag bitmap just gave the
+///   tag, and begins a new allocation (a new [generation](Request::generation)).
+/// * `Idle -> InFlight` (a start, which begins a new generation too) and
+///   `InFlight -> Idle` (a requeue) are the owner's alone: whoever holds the request's
+///   [`Rq`].
+/// * `InFlight -> Complete` is the one move anyone may make without the token, by
+///   [`Request::try_complete`] with the generation they saw; it is a compare-exchange, so of
+///   several attempts (and the owner's own moves out of `InFlight`) exactly one wins.
+/// * Any state `-> Free` happens only when the owner frees the request, after its bios
+///   ended or moved, and before its tag goes back to the bitmap: a request whose tag is free
+///   is `Free`.
+///
 /// ```
 /// use blkmq_core::{Alloc, RqState, StdPlatform, TagSet};
 ///
@@ -414,7 +427,8 @@ impl<T> Request<T> {
         if self.queue.load(Ordering::Relaxed) != queue {
             self.queue.store(queue, Ordering::Relaxed);
         }
-        // A new allocation count, no start yet.
+        // INVARIANT: a new allocation count, no start yet: a token of an earlier allocation
+        // no longer matches.
         let allocation = (self.state.load(Ordering::Relaxed) >> ALLOC_SHIFT).wrapping_add(1);
         // Release: a reader that sees the new generation sees `hctx` and `queue`.
         self.state.store(
@@ -441,6 +455,8 @@ impl<T> Request<T> {
     /// Any state -> `Free`, keeping the generation.
     #[inline(always)]
     pub(crate) fn release(&self) {
+        // INVARIANT: `Free` before the tag goes back (the callers put it after this), so a
+        // request whose tag is free is `Free`.
         let word = self.state.load(Ordering::Relaxed);
         self.state.store(word & !STATE_MASK, Ordering::Release);
     }
@@ -558,6 +574,14 @@ pub const fn unique_tag_tag(unique: u32) -> u32 {
 /// lists and across threads, and in registers from call to call. Dropping one without freeing it leaks its tag, which is why it
 /// is `#[must_use]`.
 ///
+/// # Invariants
+/// * Exactly one `Rq` exists per allocated request: allocation makes it, freeing consumes
+///   it, and it can neither be cloned nor made outside this crate.
+/// * It names the request by its tags' identity (`pool`), map and tag, and records the
+///   allocation count the request had when allocated. Identities are never reused and every
+///   look-up compares both, so a token outliving its request (or its queue) names nothing.
+/// * `packed` is never zero (identities start at 1), so an `Option<Rq>` is two words.
+///
 /// ```
 /// use blkmq_core::{Alloc, StdPlatform, TagError, TagSet};
 ///
@@ -640,6 +664,19 @@ impl Rq {
 /// The first bio is held inline; bios merged after or before it are linked through slots of
 /// the tag set's bio pool, allocated when the tag set was created, so merging allocates
 /// nothing.
+///
+/// # Invariants
+/// Between the owner's calls:
+/// * `nr_bios` counts `first` and the pool slots linked from `chain_head` to `chain_tail`
+///   (both `NO_TAG` for no chain); a chain exists only behind a `first`, and each slot is
+///   on one chain at most.
+/// * `op`, `flags`, `prio`, `issuer` and `sector` are the first bio's; `sectors` is the sum
+///   over the chain.
+/// * A free request carries no bio and describes nothing: every path that frees a request
+///   ends or moves its bios first, so a bio is neither lost nor ended twice.
+/// * `alloc_cpu` and `counted` are set when the request is allocated (or takes a driver
+///   tag) and read when it is freed: its tag goes back through the hint it came from, and
+///   a tag counted towards a fair share is uncounted exactly once.
 ///
 /// ```
 /// use blkmq_core::{Alloc, Bio, Op, StdPlatform, TagSet};
@@ -1154,6 +1191,7 @@ impl RqIo {
             end(bio, status);
             ended += 1;
         }
+        // INVARIANT: no bio and nothing described, as a request to be freed must be.
         self.clear();
         ended
     }

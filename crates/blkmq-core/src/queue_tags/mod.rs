@@ -150,6 +150,22 @@ impl<T, R: lock_api::RawMutex> SchedTags<T, R> {
 /// Dropping a `QueueTags` detaches the queue and frees every request it still has out:
 /// their [`Rq`] tokens can name no other queue, so nothing leaks.
 ///
+/// # Invariants
+/// * `set_id`, `nr_hw_queues` and `maps` are copies of the set's fixed shape; `maps` points
+///   at the set's maps, which `set` keeps alive and never moves.
+/// * `activity[m].active` is set exactly while this queue is counted in map `m`'s
+///   `active_queues`: set before the count goes up, cleared before it goes down.
+/// * `activity[m].in_flight` is the number of driver tags of map `m` this queue holds whose
+///   request says `counted`; each is uncounted once, when its tag is put back.
+/// * `activity[m].share_waiters` counts this queue's [`AllocFuture`]s waiting for a normal
+///   driver tag over their fair share.
+/// * A request of `sched` map `m` takes its driver tag from driver map `m`; a driver map
+///   slot pointing into `sched` is cleared before the tag goes back, and `sched` is dropped
+///   only under the set's `iter_lock`, with no request of it out (the queue's drop reclaims
+///   them first).
+/// * Every request allocated to this queue (by its `id`) has its token out or is being
+///   freed; dropping the queue frees them all.
+///
 /// ```
 /// use blkmq_core::{Alloc, Bio, Op, StdPlatform, TagSet};
 ///
@@ -786,6 +802,8 @@ impl<T, P: Platform> QueueTags<T, P> {
     ) -> Result<(), TagError> {
         // SAFETY: the caller holds the request's token.
         let counted = unsafe { request.io_mut() }.counted;
+        // INVARIANT: the slot is cleared before the driver tag goes back, so it never points
+        // at a request that no longer holds the tag.
         self.set.maps[m].rqs[driver_tag].store(ptr::null_mut(), Ordering::Release);
         request.set_driver_tag(NO_TAG);
         self.put_driver_tag_raw(m, driver_tag, cpu, counted)
@@ -852,6 +870,7 @@ impl<T, P: Platform> QueueTags<T, P> {
         else {
             return Ok(false);
         };
+        // INVARIANT: `counted` records whether `in_flight` counted this tag, for the free.
         io.counted = counted;
         self.set.maps[m].rqs[tag].store(ptr::from_ref(request).cast_mut(), Ordering::Release);
         request.set_driver_tag(tag as u32);
@@ -993,7 +1012,8 @@ impl<T, P: Platform> Drop for QueueTags<T, P> {
                     });
                 }
             }
-            // Scheduler tags go while the lock is held: no iterator can be inside them.
+            // INVARIANT: scheduler tags go while the lock is held, every driver slot into
+            // them cleared above: no iterator can be inside them.
             self.sched = None;
         }
         for m in 0..self.activity.len() {

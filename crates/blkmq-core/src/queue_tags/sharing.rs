@@ -15,6 +15,7 @@ impl<T, P: Platform> QueueTags<T, P> {
         if activity.active.load(Ordering::Relaxed) || activity.active.swap(true, Ordering::AcqRel) {
             return;
         }
+        // INVARIANT: marked active, then counted: only the swap's winner counts.
         let map = &self.set.maps[m];
         let users = map.active_queues.fetch_add(1, Ordering::SeqCst) + 1;
         map.users_changed(users);
@@ -52,6 +53,7 @@ impl<T, P: Platform> QueueTags<T, P> {
         if !self.activity[m].active.swap(false, Ordering::AcqRel) {
             return false;
         }
+        // INVARIANT: marked idle, then uncounted: only the swap's winner uncounts.
         let map = &self.set.maps[m];
         let users = map.active_queues.fetch_sub(1, Ordering::SeqCst) - 1;
         map.users_changed(users);
@@ -96,6 +98,7 @@ impl<T, P: Platform> QueueTags<T, P> {
         let Some(tag) = map.get_normal(cpu, shallow)? else {
             return Ok(None);
         };
+        // INVARIANT: counted, and the caller records it (`counted`) for the free.
         self.activity[m].in_flight.fetch_add(1, Ordering::SeqCst);
         Ok(Some((tag, true)))
     }
