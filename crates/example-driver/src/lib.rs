@@ -51,6 +51,7 @@ extern crate alloc;
 use alloc::vec;
 use alloc::vec::Vec;
 use core::fmt;
+use core::sync::atomic::{AtomicBool, Ordering};
 
 use blkmq_core::{
     Bio, Driver, HctxCx, Op, Platform, Rejected, Request, RequestInit, RequestQueue, Rq, Status,
@@ -91,6 +92,7 @@ struct State {
     /// One word per sector.
     medium: Vec<u64>,
     /// Commands on the device: taken in `queue_rq`, given back when their request ends.
+    /// Each request's payload says whether it holds one.
     in_flight: usize,
     /// Completions posted and not yet served by an interrupt.
     posted: Vec<(Rq, Status)>,
@@ -234,9 +236,13 @@ impl<P: Platform> MemDisk<P> {
 
 impl<P: Platform> Driver for MemDisk<P> {
     type Platform = P;
-    type Payload = ();
+    /// Whether the request holds one of the device's commands. Read and written only under
+    /// the device's lock, which orders it (so loom need not see it).
+    type Payload = AtomicBool;
 
-    fn init_request(&self, _: RequestInit) {}
+    fn init_request(&self, _: RequestInit) -> AtomicBool {
+        AtomicBool::new(false)
+    }
 
     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _last: bool) -> Result<(), Rejected> {
         let mut state = self.state.lock();
@@ -248,6 +254,9 @@ impl<P: Platform> Driver for MemDisk<P> {
         }
         state.in_flight += 1;
         state.issued += 1;
+        if let Some(request) = cx.queue().request(&rq) {
+            request.payload().store(true, Ordering::Relaxed);
+        }
         let State { medium, .. } = &mut *state;
         let mut status = Status::Ok;
         cx.queue().for_each_bio(&rq, |bio| {
@@ -259,10 +268,13 @@ impl<P: Platform> Driver for MemDisk<P> {
         Ok(())
     }
 
-    fn complete(&self, _: &HctxCx<'_, Self>, _: &Request<()>) {
-        // Every request that ends was taken in `queue_rq` and counted there.
+    fn complete(&self, _: &HctxCx<'_, Self>, request: &Request<AtomicBool>) {
+        // A request may end without reaching the device (an error before it was issued):
+        // only one that holds a command gives one back.
         let mut state = self.state.lock();
-        state.in_flight -= 1;
+        if request.payload().swap(false, Ordering::Relaxed) {
+            state.in_flight -= 1;
+        }
     }
 }
 
