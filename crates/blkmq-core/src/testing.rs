@@ -260,7 +260,6 @@ mod loom_platform {
     // release ordering, so at most one holder exists at a time and each sees the previous
     // one's writes.
     unsafe impl lock_api::RawMutex for LoomRawMutex {
-        #[allow(clippy::declare_interior_mutable_const)]
         const INIT: Self = Self {
             locked: OnceLock::new(),
         };
