@@ -1,4 +1,5 @@
-//! Drivers that move no data, for doc examples, tests and benches.
+//! Drivers that move no data, and a platform for loom models: for doc examples, tests and
+//! benches, the project's and those of crates that embed it.
 //!
 //! Linux has `null_blk` for the same purpose: a block device whose driver ends every request
 //! without touching a medium, so what is measured or checked is the block layer alone. Two
@@ -16,7 +17,9 @@
 //! `LoomRawMutex`), a platform whose lock and kicks are points loom interleaves at, so a
 //! crate that embeds blkmq can model its own driver against the real engine with
 //! [loom](https://docs.rs/loom). ([`StdPlatform`](crate::StdPlatform) does not exist under
-//! loom: its spin lock would spin where loom cannot see it.)
+//! loom: its spin lock would spin where loom cannot see it.) Its examples run under loom
+//! only: `RUSTFLAGS="--cfg loom" RUSTDOCFLAGS="--cfg loom" cargo test -p blkmq-core
+//! --release --doc -- loom_platform`.
 //!
 //! ```
 //! use blkmq_core::testing::{Hold, Null};
