@@ -8,7 +8,7 @@
 //! cargo run --release --example mmc_host -- --thread-wake-us=40  # another queue thread
 //! ```
 //!
-//! The driver (`MmcHost` in `mmc_host/host.rs`) has one hardware queue of depth 2: the
+//! The driver (`MmcHost` in `mmc_host/driver.rs`) has one hardware queue of depth 2: the
 //! card runs one command while the host prepares the next (DMA mapping, command set-up).
 //! `queue_rq` starts a command on an idle card, prepares it behind a running one, and
 //! answers `Status::Resource` when both slots are taken. The card's interrupt finishes the

@@ -26,6 +26,12 @@
 //! after, the cost the fix removed; done in this example's completion thread, not in the
 //! library).
 //!
+//! The driver (`Hba` in `raid_hba/driver.rs`, with its hardware and each `Driver` method
+//! explained there) takes a unit of the volume's budget per command, maps each request to
+//! its member drive and posts it on the reply queue of its hardware queue; the completion
+//! threads (or, inline, the submitters) take what is due there and end it in one batch.
+//! The load around it is in `raid_hba/rig.rs`.
+//!
 //! What is measured. IOPS is reads over the wall time from the common start to the last
 //! completion. CPU time is busy time measured with `Instant` around the work of each thread
 //! (each `submit` call; each completion batch from pop to end), not the OS's thread CPU
@@ -45,7 +51,10 @@
 #[path = "raid_hba/hba.rs"]
 mod hba;
 
-use hba::{Config, Mode, Rig, Stats, targets};
+use hba::driver::MEMBERS;
+use hba::rig::CPUS;
+use hba::stats::{Stats, targets};
+use hba::{Config, Mode, Rig};
 
 fn usage(msg: &str) -> ! {
     eprintln!("raid_hba: {msg} (see the example's documentation for the options)");
@@ -115,7 +124,7 @@ fn table(cfg: &Config, modes: &[Mode], ios: u64, rounds: u64) -> bool {
     println!(
         "RAID-0 over {} drives, 4 KiB random reads, {} submitter(s) x iodepth {}, {}, \
          host depth {}, volume budget {}, {} hctxs over {} CPU slots, member latency {} us, {} reads per mode in {} rounds{}",
-        hba::MEMBERS,
+        MEMBERS,
         cfg.submitters,
         cfg.iodepth,
         if cfg.completers == 0 {
@@ -126,7 +135,7 @@ fn table(cfg: &Config, modes: &[Mode], ios: u64, rounds: u64) -> bool {
         cfg.depth,
         cfg.budget,
         cfg.hctxs,
-        hba::CPUS,
+        CPUS,
         cfg.latency_ns / 1000,
         ios,
         rounds,

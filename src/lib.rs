@@ -7,6 +7,8 @@
 //! * everything of `blkmq-core` at the top level — the [`Platform`], [`Bio`]s, [`Request`]s
 //!   and [`TagSet`]s (per hardware queue or shared host tags), the request queue, the
 //!   [`Driver`] and [`Elevator`] traits.
+//! * [`sched_index`] — the sector trees, FIFO lists, end hash and merge sequence the
+//!   schedulers share, for writing another.
 //! * `deadline` (feature `deadline`, on by default) — mq-deadline.
 //! * `bfq` (feature `bfq`, on by default) — BFQ.
 //!
@@ -35,3 +37,4 @@ pub use blkmq_sbitmap as sbitmap;
 pub use blkmq_sched_bfq as bfq;
 #[cfg(feature = "deadline")]
 pub use blkmq_sched_deadline as deadline;
+pub use blkmq_sched_index as sched_index;

@@ -86,7 +86,7 @@ fn missing<'a>(all: &[&'a str], kinds: &BTreeSet<&str>) -> Vec<&'a str> {
 
 #[test]
 fn seed_corpus_passes_the_model() {
-    use blkmq_sbitmap::ops::{Config, Op, run};
+    use blkmq_model::sbitmap::{Config, Op, run};
 
     let (kinds, modes) = replay(
         "sbitmap_ops",
@@ -107,7 +107,7 @@ fn seed_corpus_passes_the_model() {
 
 #[test]
 fn tagset_seed_corpus_passes_the_model() {
-    use blkmq_core::ops::{Config, MAX_MODEL_QUEUES, Op, run};
+    use blkmq_model::tagset::{Config, MAX_MODEL_QUEUES, Op, run};
 
     let (kinds, modes) = replay(
         "tagset_ops",
@@ -131,7 +131,7 @@ fn tagset_seed_corpus_passes_the_model() {
 
 #[test]
 fn queue_seed_corpus_passes_the_checks() {
-    use blkmq_core::ops::queue::{Config, MAX_QUEUES, Op, run};
+    use blkmq_model::queue::{Config, MAX_QUEUES, Op, run};
 
     let (kinds, modes) = replay(
         "queue_ops",
@@ -155,7 +155,7 @@ fn queue_seed_corpus_passes_the_checks() {
 
 #[test]
 fn deadline_seed_corpus_passes_the_model() {
-    use blkmq_sched_deadline::ops::{Config, MAX_HW_QUEUES, Op, run};
+    use blkmq_model::deadline::{Config, MAX_HW_QUEUES, Op, run};
 
     let (kinds, modes) = replay(
         "deadline_ops",
@@ -177,7 +177,7 @@ fn deadline_seed_corpus_passes_the_model() {
 
 #[test]
 fn bfq_seed_corpus_passes_the_model() {
-    use blkmq_sched_bfq::ops::{Config, MAX_HW_QUEUES, Op, run};
+    use blkmq_model::bfq::{Config, MAX_HW_QUEUES, Op, run};
 
     let (kinds, modes) = replay(
         "bfq_ops",

@@ -18,10 +18,11 @@ mod host;
 use std::sync::OnceLock;
 
 use blkmq_sim::{Dd, IozoneTest};
-use host::{
-    COLUMNS, Column, Expect, Figure, Figures, HOST_MAX_SECTORS, Results, SEED_AFTER, SEED_BEFORE,
-    Scale, Setup, calibration, directions, host_sim, report, run_all,
-};
+use host::compare::{calibration, directions};
+use host::driver::HOST_MAX_SECTORS;
+use host::figures::{Figure, Figures, SEED_AFTER, SEED_BEFORE};
+use host::scenario::{COLUMNS, Column, Expect, Results, host_sim};
+use host::{Scale, Setup, report, run_all};
 
 fn results(scale: Scale) -> &'static Results {
     static SMALL: OnceLock<Results> = OnceLock::new();

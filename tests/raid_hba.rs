@@ -11,7 +11,9 @@ mod hba;
 
 use std::sync::Mutex;
 
-use hba::{Config, MEMBERS, Mode, Rig, STRIPE_SECTORS, Stats, data_of, stripe};
+use hba::driver::{MEMBERS, STRIPE_SECTORS, data_of, stripe};
+use hba::stats::Stats;
+use hba::{Config, Mode, Rig};
 
 /// The runs spin on their threads: one at a time, so they do not crowd each other out of
 /// a small machine.

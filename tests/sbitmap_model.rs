@@ -1,5 +1,5 @@
 //! Model tests of `blkmq-sbitmap`: random configurations and operation sequences, run
-//! single-threaded against a reference model by `blkmq_sbitmap::ops::run`, which checks every
+//! single-threaded against a reference model by `blkmq_model::sbitmap::run`, which checks every
 //! documented promise after every op (see that module). The fuzz target in `fuzz/` runs the
 //! same model on inputs decoded with `arbitrary`; here proptest generates them, so that a plain
 //! `cargo test` explores and shrinks too. Concurrency is loom's business, not this file's.
@@ -7,7 +7,7 @@
 // The model runs real atomics, which loom's only work inside `loom::model`.
 #![cfg(not(loom))]
 
-use blkmq_sbitmap::ops::{BogusBatch, BogusPut, Config, MAX_MODEL_DEPTH, Op, QueueConfig, run};
+use blkmq_model::sbitmap::{BogusBatch, BogusPut, Config, MAX_MODEL_DEPTH, Op, QueueConfig, run};
 use blkmq_sbitmap::{AllocHint, BitBatch, Sbitmap, SbitmapError};
 use proptest::prelude::*;
 

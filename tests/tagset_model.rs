@@ -1,5 +1,5 @@
 //! Model tests of `blkmq-core`'s tag sets: random configurations and operation sequences, run
-//! single-threaded against a reference model by `blkmq_core::ops::run`, which checks every
+//! single-threaded against a reference model by `blkmq_model::tagset::run`, which checks every
 //! documented promise after every op (see that module). The fuzz target `tagset_ops` in
 //! `fuzz/` runs the same model on inputs decoded with `arbitrary`; here proptest generates
 //! them, so that a plain `cargo test` explores and shrinks too. Concurrency is loom's business,
@@ -10,11 +10,11 @@
 
 use std::collections::BTreeSet;
 
-use blkmq_core::ops::{
+use blkmq_core::{Alloc, ConfigError, TagError, TagSet, TagSetFlags};
+use blkmq_model::tagset::{
     AllocKind, BioSpec, Config, ForeignCall, HctxCall, MAX_MODEL_CPUS, MAX_MODEL_HW_QUEUES,
     MAX_MODEL_QUEUES, Op, TestPlatform, run,
 };
-use blkmq_core::{Alloc, ConfigError, TagError, TagSet, TagSetFlags};
 use proptest::prelude::*;
 
 /// Operations per sequence, at most.

@@ -1,14 +1,14 @@
 //! Random operation sequences on BFQ driven as a request queue drives it — inserts of
 //! several issuers (alone, in batches, at the head), bio merges, dispatches, completions,
 //! requeues, clock steps and idle timers, tunable, group, weight and depth changes —
-//! checked after every op and after a final drain by `blkmq_sched_bfq::ops`.
+//! checked after every op and after a final drain by `blkmq_model::bfq`.
 //!
 //! The input is decoded with `arbitrary` (`arbitrary_take_rest` of a `(Config, Vec<Op>)`);
 //! `tests/fuzz_corpus.rs` decodes the checked-in seeds the same way on stable.
 
 #![no_main]
 
-use blkmq_sched_bfq::ops::{Config, Op, run};
+use blkmq_model::bfq::{Config, Op, run};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|input: (Config, Vec<Op>)| {

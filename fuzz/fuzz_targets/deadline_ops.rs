@@ -1,14 +1,14 @@
 //! Random operation sequences on mq-deadline driven as a request queue drives it — inserts
 //! (alone, in batches, at the head), bio merges, dispatches, completions, requeues, clock
 //! steps, tunable and depth changes — checked against the reference model of
-//! `blkmq_sched_deadline::ops` after every op and after a final drain.
+//! `blkmq_model::deadline` after every op and after a final drain.
 //!
 //! The input is decoded with `arbitrary` (`arbitrary_take_rest` of a `(Config, Vec<Op>)`);
 //! `tests/fuzz_corpus.rs` decodes the checked-in seeds the same way on stable.
 
 #![no_main]
 
-use blkmq_sched_deadline::ops::{Config, Op, run};
+use blkmq_model::deadline::{Config, Op, run};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|input: (Config, Vec<Op>)| {

@@ -1,427 +1,14 @@
 //! The elevator (I/O scheduler) interface: what a request queue asks of a scheduler, and
 //! what it offers the scheduler in return ([`ElvCx`]).
 
-use core::cell::Cell;
+mod cx;
+
+pub use cx::ElvCx;
+pub(crate) use cx::{ASK_BACKEND, ElvBackend};
 
 use crate::bio::{Bio, BioFlags, Op};
-use crate::error::TagError;
-use crate::limits::{MergeKind, QueueLimits};
-use crate::platform::Platform;
-use crate::queue_tags::QueueTags;
+use crate::limits::MergeKind;
 use crate::request::{Rq, RqIo};
-
-/// What an elevator may do with the requests it holds: read and change their I/O, merge
-/// bios and requests within the queue's limits, and free a request merged away. Handed to
-/// every [`Elevator`] call.
-///
-/// A request queue makes one for each call; [`ElvCx::new`] makes one over bare
-/// [`QueueTags`], to drive an elevator directly (tests, simulations).
-///
-/// ```
-/// use blkmq_core::{Alloc, Bio, ElvCx, MergeKind, Op, QueueLimits, StdPlatform, TagSet};
-///
-/// let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
-/// let mut queue = set.attach().unwrap();
-/// queue.attach_scheduler(None, |_| ()).unwrap();
-/// let limits = QueueLimits::new(1 << 20);
-/// let cx = ElvCx::new(&queue, &limits, 5);
-/// let mut rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
-/// queue.set_bio(&mut rq, Bio::new(Op::Read, 0, 8)).unwrap();
-/// assert_eq!(cx.merge_bio(&mut rq, Bio::new(Op::Read, 8, 8)).unwrap(), MergeKind::Back);
-/// assert_eq!(cx.io(&rq).unwrap().sectors(), 16);
-/// assert!(cx.key(&rq) < cx.nr_keys());
-/// assert_eq!(cx.now_ns(), 5);
-/// queue.free(rq).unwrap();
-/// ```
-pub struct ElvCx<'a> {
-    backend: &'a dyn ElvBackend,
-    limits: &'a QueueLimits,
-    /// The time given, or [`ASK_BACKEND`] until the first [`ElvCx::now_ns`] reads it.
-    now_ns: Cell<u64>,
-    /// The coarse time, or [`ASK_BACKEND`] until the first [`ElvCx::coarse_now_ns`] that
-    /// found no time above reads it.
-    coarse_ns: Cell<u64>,
-}
-
-/// The request operations an [`ElvCx`] forwards.
-pub(crate) trait ElvBackend {
-    fn io<'a>(&'a self, rq: &'a Rq) -> Result<&'a RqIo, TagError>;
-    #[allow(clippy::mut_from_ref)] // the token is borrowed mutably: one `&mut RqIo` per request
-    fn io_mut<'a>(&'a self, rq: &'a mut Rq) -> Result<&'a mut RqIo, TagError>;
-    fn append(&self, rq: &mut Rq, bio: Bio) -> Result<Result<(), Bio>, TagError>;
-    fn prepend(&self, rq: &mut Rq, bio: Bio) -> Result<Result<(), Bio>, TagError>;
-    fn absorb(&self, into: &mut Rq, from: &mut Rq) -> Result<bool, TagError>;
-    fn key(&self, rq: &Rq) -> usize;
-    /// The platform's time (read only when an elevator asks for it).
-    fn now_ns(&self) -> u64 {
-        0
-    }
-    /// The platform's coarse time ([`Platform::coarse_now_ns`]).
-    fn coarse_now_ns(&self) -> u64 {
-        self.now_ns()
-    }
-    fn hctx(&self, rq: &Rq) -> usize;
-    fn nr_keys(&self) -> usize;
-    fn free_merged(&self, rq: Rq);
-}
-
-impl<T, P: Platform> ElvBackend for QueueTags<T, P> {
-    fn io<'a>(&'a self, rq: &'a Rq) -> Result<&'a RqIo, TagError> {
-        QueueTags::io(self, rq)
-    }
-    fn io_mut<'a>(&'a self, rq: &'a mut Rq) -> Result<&'a mut RqIo, TagError> {
-        QueueTags::io_mut(self, rq)
-    }
-    fn append(&self, rq: &mut Rq, bio: Bio) -> Result<Result<(), Bio>, TagError> {
-        self.append_bio(rq, bio)
-    }
-    fn prepend(&self, rq: &mut Rq, bio: Bio) -> Result<Result<(), Bio>, TagError> {
-        self.prepend_bio(rq, bio)
-    }
-    fn absorb(&self, into: &mut Rq, from: &mut Rq) -> Result<bool, TagError> {
-        self.merge_requests(into, from)
-    }
-    fn key(&self, rq: &Rq) -> usize {
-        self.key_of(rq)
-    }
-    fn hctx(&self, rq: &Rq) -> usize {
-        self.request(rq).map_or(0, |r| r.hctx())
-    }
-    fn nr_keys(&self) -> usize {
-        self.nr_keys()
-    }
-    fn free_merged(&self, rq: Rq) {
-        // A request merged away has no bios left: freeing it cannot fail for our own.
-        let _ = self.free(rq);
-    }
-}
-
-impl<'a> ElvCx<'a> {
-    /// A context over bare tags, with `limits` for merging and `now_ns` as the time.
-    ///
-    /// ```
-    /// use blkmq_core::{ElvCx, QueueLimits, StdPlatform, TagSet};
-    ///
-    /// let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
-    /// let mut tags = set.attach().unwrap();
-    /// tags.attach_scheduler(None, |_| ()).unwrap(); // as a queue with an elevator has
-    /// let limits = QueueLimits::new(1 << 20);
-    /// let cx = ElvCx::new(&tags, &limits, 1_000);
-    /// assert_eq!((cx.now_ns(), cx.limits(), cx.nr_keys()), (1_000, &limits, tags.nr_keys()));
-    /// ```
-    pub fn new<T, P: Platform>(
-        tags: &'a QueueTags<T, P>,
-        limits: &'a QueueLimits,
-        now_ns: u64,
-    ) -> Self {
-        Self {
-            backend: tags,
-            limits,
-            now_ns: Cell::new(now_ns),
-            coarse_ns: Cell::new(ASK_BACKEND),
-        }
-    }
-
-    pub(crate) fn with_backend(
-        backend: &'a dyn ElvBackend,
-        limits: &'a QueueLimits,
-        now_ns: u64,
-    ) -> Self {
-        Self {
-            backend,
-            limits,
-            now_ns: Cell::new(now_ns),
-            coarse_ns: Cell::new(ASK_BACKEND),
-        }
-    }
-
-    /// The platform's time when the call was made.
-    ///
-    /// ```
-    /// # use blkmq_core::*;
-    /// # let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
-    /// # let tags = set.attach().unwrap();
-    /// # let limits = QueueLimits::new(1 << 20);
-    /// let cx = ElvCx::new(&tags, &limits, 5_000);
-    /// assert_eq!(cx.now_ns(), 5_000); // a queue passes its platform's `now_ns()`
-    /// ```
-    pub fn now_ns(&self) -> u64 {
-        // Read once per context: the calls of one queue run share it.
-        cached(&self.now_ns).unwrap_or_else(|| {
-            let now = self.backend.now_ns();
-            self.now_ns.set(now);
-            now
-        })
-    }
-
-    /// The platform's coarse time ([`Platform::coarse_now_ns`]): never ahead of
-    /// [`now_ns`](Self::now_ns), behind it by at most the platform's tick, and cheaper to
-    /// read. For times that need no finer grain than the tick, as Linux's mq-deadline
-    /// counts its expiries in jiffies. A context given a time, or one whose `now_ns` was
-    /// read, answers with that time.
-    ///
-    /// ```
-    /// # use blkmq_core::*;
-    /// # let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
-    /// # let tags = set.attach().unwrap();
-    /// # let limits = QueueLimits::new(1 << 20);
-    /// let cx = ElvCx::new(&tags, &limits, 5_000);
-    /// assert_eq!(cx.coarse_now_ns(), 5_000);
-    /// ```
-    pub fn coarse_now_ns(&self) -> u64 {
-        // Read once per context, as `now_ns`.
-        self.stamp_read().unwrap_or_else(|| {
-            let coarse = self.backend.coarse_now_ns();
-            self.coarse_ns.set(coarse);
-            coarse
-        })
-    }
-
-    /// The time [`now_ns`](Self::now_ns) gave, if anything asked for it yet.
-    pub(crate) fn time_read(&self) -> Option<u64> {
-        cached(&self.now_ns)
-    }
-
-    /// The freshest time this context read, precise or coarse, if it read one: good for a
-    /// request's start stamp, which needs only the coarse clock.
-    pub(crate) fn stamp_read(&self) -> Option<u64> {
-        self.time_read().or_else(|| cached(&self.coarse_ns))
-    }
-
-    /// The queue's limits.
-    ///
-    /// ```
-    /// # use blkmq_core::*;
-    /// # let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
-    /// # let tags = set.attach().unwrap();
-    /// let limits = QueueLimits { max_sectors: 64, ..QueueLimits::new(1 << 20) };
-    /// let cx = ElvCx::new(&tags, &limits, 0);
-    /// assert_eq!(cx.limits().max_sectors, 64);
-    /// ```
-    pub fn limits(&self) -> &QueueLimits {
-        self.limits
-    }
-
-    /// The I/O of a request the elevator holds.
-    ///
-    /// # Errors
-    /// [`TagError::ForeignRequest`] for a token of another queue.
-    ///
-    /// ```
-    /// # use blkmq_core::*;
-    /// # let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
-    /// # let tags = set.attach().unwrap();
-    /// # let limits = QueueLimits::new(1 << 20);
-    /// let cx = ElvCx::new(&tags, &limits, 0);
-    /// let mut rq = tags.alloc(&Alloc::new(0, 0)).unwrap();
-    /// tags.set_bio(&mut rq, Bio::new(Op::Read, 0, 8)).unwrap();
-    /// assert_eq!(cx.io(&rq).unwrap().sector(), 0);
-    /// let other = set.attach().unwrap();
-    /// let foreign = other.alloc(&Alloc::new(0, 0)).unwrap();
-    /// assert_eq!(cx.io(&foreign).unwrap_err(), TagError::ForeignRequest);
-    /// # other.free(foreign).unwrap();
-    /// # tags.free(rq).unwrap();
-    /// ```
-    pub fn io<'b>(&'b self, rq: &'b Rq) -> Result<&'b RqIo, TagError> {
-        self.backend.io(rq)
-    }
-
-    /// The I/O of a request the elevator holds, to change (its `sched_data`).
-    ///
-    /// # Errors
-    /// [`TagError::ForeignRequest`] for a token of another queue.
-    ///
-    /// ```
-    /// # use blkmq_core::*;
-    /// # let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
-    /// # let tags = set.attach().unwrap();
-    /// # let limits = QueueLimits::new(1 << 20);
-    /// let cx = ElvCx::new(&tags, &limits, 0);
-    /// let mut rq = tags.alloc(&Alloc::new(0, 0)).unwrap();
-    /// tags.set_bio(&mut rq, Bio::new(Op::Read, 0, 8)).unwrap();
-    /// cx.io_mut(&mut rq).unwrap().sched_data[1] = 9; // the elevator's own data
-    /// assert_eq!(cx.io(&rq).unwrap().sched_data, [0, 9]);
-    /// # tags.free(rq).unwrap();
-    /// ```
-    pub fn io_mut<'b>(&'b self, rq: &'b mut Rq) -> Result<&'b mut RqIo, TagError> {
-        self.backend.io_mut(rq)
-    }
-
-    /// A dense index for the request, below [`nr_keys`](Self::nr_keys): elevators keep
-    /// per-request data in arrays of that size, made in
-    /// [`Elevator::depth_updated`].
-    ///
-    /// ```
-    /// # use blkmq_core::*;
-    /// # let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
-    /// # let tags = set.attach().unwrap();
-    /// # let limits = QueueLimits::new(1 << 20);
-    /// let cx = ElvCx::new(&tags, &limits, 0);
-    /// let a = tags.alloc(&Alloc::new(0, 0)).unwrap();
-    /// let b = tags.alloc(&Alloc::new(0, 0)).unwrap();
-    /// let mut held: Vec<Option<Rq>> = (0..cx.nr_keys()).map(|_| None).collect();
-    /// let (ka, kb) = (cx.key(&a), cx.key(&b));
-    /// assert!(ka != kb && ka < cx.nr_keys() && kb < cx.nr_keys());
-    /// held[ka] = Some(a);
-    /// held[kb] = Some(b);
-    /// # for rq in held.into_iter().flatten() {
-    /// #     tags.free(rq).unwrap();
-    /// # }
-    /// ```
-    pub fn key(&self, rq: &Rq) -> usize {
-        self.backend.key(rq)
-    }
-
-    /// The hardware queue a request was made for (where it will be issued).
-    ///
-    /// ```
-    /// use blkmq_core::*;
-    ///
-    /// let set = TagSet::builder(8).hw_queues(2).build(StdPlatform::new(), |_| ()).unwrap();
-    /// let tags = set.attach().unwrap();
-    /// let limits = QueueLimits::new(1 << 20);
-    /// let cx = ElvCx::new(&tags, &limits, 0);
-    /// let rq = tags.alloc(&Alloc::new(1, 0)).unwrap(); // for hardware queue 1
-    /// assert_eq!(cx.hctx(&rq), 1);
-    /// # tags.free(rq).unwrap();
-    /// ```
-    pub fn hctx(&self, rq: &Rq) -> usize {
-        self.backend.hctx(rq)
-    }
-
-    /// How many distinct [`key`](Self::key)s the queue's requests can have.
-    ///
-    /// ```
-    /// use blkmq_core::*;
-    ///
-    /// let set = TagSet::builder(4).hw_queues(2).build(StdPlatform::new(), |_| ()).unwrap();
-    /// let tags = set.attach().unwrap();
-    /// let limits = QueueLimits::new(1 << 20);
-    /// let cx = ElvCx::new(&tags, &limits, 0);
-    /// assert_eq!(cx.nr_keys(), 8); // 4 requests on each hardware queue
-    /// ```
-    pub fn nr_keys(&self) -> usize {
-        self.backend.nr_keys()
-    }
-
-    /// Merges `bio` into `rq` at whichever end it touches, if the limits allow; the bio
-    /// comes back untouched otherwise.
-    ///
-    /// # Errors
-    /// The bio, when it does not touch `rq`, the limits or the merge rules forbid it, or
-    /// the bio pool is out of slots.
-    ///
-    /// ```
-    /// # use blkmq_core::*;
-    /// # let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
-    /// # let tags = set.attach().unwrap();
-    /// # let limits = QueueLimits::new(1 << 20);
-    /// let cx = ElvCx::new(&tags, &limits, 0);
-    /// let mut rq = tags.alloc(&Alloc::new(0, 0)).unwrap();
-    /// tags.set_bio(&mut rq, Bio::new(Op::Write, 8, 8)).unwrap();
-    /// assert_eq!(cx.merge_bio(&mut rq, Bio::new(Op::Write, 16, 8)).unwrap(), MergeKind::Back);
-    /// assert_eq!(cx.merge_bio(&mut rq, Bio::new(Op::Write, 0, 8)).unwrap(), MergeKind::Front);
-    /// let apart = cx.merge_bio(&mut rq, Bio::new(Op::Write, 64, 8)).unwrap_err();
-    /// assert_eq!(apart.sector, 64); // does not touch: back, untouched
-    /// let io = cx.io(&rq).unwrap();
-    /// assert_eq!((io.sector(), io.sectors(), io.nr_bios()), (0, 24, 3));
-    /// # tags.free(rq).unwrap();
-    /// ```
-    pub fn merge_bio(&self, rq: &mut Rq, bio: Bio) -> Result<MergeKind, Bio> {
-        let Ok(io) = self.backend.io(rq) else {
-            return Err(bio);
-        };
-        let Some(kind) = self.limits.merge_kind(io, &bio) else {
-            return Err(bio);
-        };
-        let segments = self.limits.segments(bio.op, bio.sector, bio.sectors);
-        let done = match kind {
-            MergeKind::Back => self.backend.append(rq, bio),
-            MergeKind::Front => self.backend.prepend(rq, bio),
-        };
-        match done {
-            Ok(Ok(())) => {
-                if let Ok(io) = self.backend.io_mut(rq) {
-                    io.segments += segments;
-                }
-                Ok(kind)
-            }
-            Ok(Err(bio)) => Err(bio),
-            Err(_) => Err(bio),
-        }
-    }
-
-    /// Appends the request `from` to `into` (they must be contiguous and within the
-    /// limits), then frees `from`; it comes back untouched when they cannot merge.
-    ///
-    /// # Errors
-    /// `from`, when the requests do not touch, the limits forbid it, or the bio pool is out
-    /// of slots.
-    ///
-    /// ```
-    /// # use blkmq_core::*;
-    /// # let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
-    /// # let tags = set.attach().unwrap();
-    /// # let limits = QueueLimits::new(1 << 20);
-    /// let cx = ElvCx::new(&tags, &limits, 0);
-    /// let mut rqs = Vec::new();
-    /// for sector in [0, 8, 64] {
-    ///     let mut rq = tags.alloc(&Alloc::new(0, 0)).unwrap();
-    ///     tags.set_bio(&mut rq, Bio::new(Op::Read, sector, 8)).unwrap();
-    ///     rqs.push(rq);
-    /// }
-    /// let (far, next, mut first) = (rqs.pop().unwrap(), rqs.pop().unwrap(), rqs.pop().unwrap());
-    /// cx.merge_requests(&mut first, next).unwrap(); // `next` is freed
-    /// assert_eq!((cx.io(&first).unwrap().sectors(), set.busy()), (16, 2));
-    /// let far = cx.merge_requests(&mut first, far).unwrap_err(); // not contiguous: back
-    /// # tags.free(far).unwrap();
-    /// # tags.free(first).unwrap();
-    /// ```
-    pub fn merge_requests(&self, into: &mut Rq, mut from: Rq) -> Result<(), Rq> {
-        let fits = match (self.backend.io(into), self.backend.io(&from)) {
-            (Ok(a), Ok(b)) => self.limits.can_append(a, b),
-            _ => false,
-        };
-        if !fits || !matches!(self.backend.absorb(into, &mut from), Ok(true)) {
-            return Err(from);
-        }
-        self.backend.free_merged(from);
-        Ok(())
-    }
-
-    /// Whether `rq`'s I/O could take the request `next` on its end, by the queue's rules.
-    ///
-    /// ```
-    /// # use blkmq_core::*;
-    /// # let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
-    /// # let tags = set.attach().unwrap();
-    /// # let limits = QueueLimits::new(1 << 20);
-    /// let cx = ElvCx::new(&tags, &limits, 0);
-    /// let mut a = tags.alloc(&Alloc::new(0, 0)).unwrap();
-    /// let mut b = tags.alloc(&Alloc::new(0, 0)).unwrap();
-    /// tags.set_bio(&mut a, Bio::new(Op::Read, 0, 8)).unwrap();
-    /// tags.set_bio(&mut b, Bio::new(Op::Read, 8, 8)).unwrap();
-    /// assert!(cx.can_append(&a, &b));
-    /// assert!(!cx.can_append(&b, &a)); // `a` does not start where `b` ends
-    /// # tags.free(a).unwrap();
-    /// # tags.free(b).unwrap();
-    /// ```
-    pub fn can_append(&self, rq: &Rq, next: &Rq) -> bool {
-        match (self.backend.io(rq), self.backend.io(next)) {
-            (Ok(a), Ok(b)) => self.limits.can_append(a, b),
-            _ => false,
-        }
-    }
-}
-
-impl core::fmt::Debug for ElvCx<'_> {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("ElvCx")
-            .field("limits", self.limits)
-            .field("now_ns", &self.now_ns.get())
-            .finish_non_exhaustive()
-    }
-}
 
 /// An I/O scheduler (Linux's `elevator_mq_ops`). The request queue calls it under one lock,
 /// so `&mut self` is the whole queue's view; it owns the [`Rq`]s inserted into it until it
@@ -429,15 +16,17 @@ impl core::fmt::Debug for ElvCx<'_> {
 ///
 /// Keys: every request has a dense [key](ElvCx::key) below [`ElvCx::nr_keys`]; an elevator
 /// keeps its requests in an array indexed by key and its orders (sorted trees, FIFOs) as
-/// keys, which is how the queue names a request back to it
-/// ([`request_mut`](Self::request_mut)).
+/// keys, which is how its merge hooks name a request
+/// ([`request_merge`](Self::request_merge), [`requests_merged`](Self::requests_merged)).
 ///
-/// Merging follows Linux: the queue asks [`request_merge`](Self::request_merge) for a
-/// request that `bio` touches, merges it within the limits, reports
+/// Merging follows Linux: the queue offers a bio to [`bio_merge`](Self::bio_merge), which
+/// merges nothing unless the elevator replaces it. An elevator that merges asks
+/// [`request_merge`](Self::request_merge) for a request that `bio` touches, merges it
+/// within the limits ([`ElvCx::merge_bio`]), reports
 /// [`request_merged`](Self::request_merged), then tries to merge that request with its
-/// neighbour ([`next_request`](Self::next_request)), reporting
-/// [`requests_merged`](Self::requests_merged). [`bio_merge`](Self::bio_merge) runs that
-/// sequence (its example implements these hooks); an elevator may replace it.
+/// neighbour ([`ElvCx::merge_requests`]), reporting
+/// [`requests_merged`](Self::requests_merged): the `blkmq-sched-index` crate's `bio_merge`
+/// runs that sequence over the elevator's storage, for mq-deadline and BFQ alike.
 ///
 /// ```
 /// use blkmq_core::{ElvCx, Elevator, Rq};
@@ -948,188 +537,74 @@ pub trait Elevator: core::any::Any + Send {
         true
     }
 
-    /// A held request that `bio` touches (by key), and at which end.
+    /// A held request that `bio` touches (by key), and at which end: the first step of
+    /// the merge sequence a merging [`bio_merge`](Self::bio_merge) runs.
     ///
-    /// [`bio_merge`](Self::bio_merge)'s example implements it.
+    /// The `blkmq-sched-index` crate's `bio_merge` runs the sequence through this hook and
+    /// the two below; its example implements them.
     fn request_merge(&mut self, cx: &ElvCx<'_>, bio: &Bio) -> Option<(usize, MergeKind)> {
         let _ = (cx, bio);
         None
     }
 
-    /// The held request with `key`.
-    ///
-    /// [`bio_merge`](Self::bio_merge)'s example implements it.
-    fn request(&self, key: usize) -> Option<&Rq> {
-        let _ = key;
-        None
-    }
-
-    /// The held request with `key`, to change.
-    ///
-    /// [`bio_merge`](Self::bio_merge)'s example implements it.
-    fn request_mut(&mut self, key: usize) -> Option<&mut Rq> {
-        let _ = key;
-        None
-    }
-
     /// A bio merged into the request with `key` at the `kind` end (its start may have moved).
     ///
-    /// [`bio_merge`](Self::bio_merge)'s example implements it.
+    /// The `blkmq-sched-index` crate's `bio_merge` example implements it.
     fn request_merged(&mut self, cx: &ElvCx<'_>, key: usize, kind: MergeKind) {
         let _ = (cx, key, kind);
     }
 
-    /// After a `kind` merge into `key`, the held request that may now merge with it: the
-    /// next in sector order after a back merge, the previous one after a front merge.
+    /// The request with key `from` (taken out of the elevator's orders) was appended to the
+    /// one with key `into` and freed; per-key data of `from` is still the elevator's to
+    /// read. mq-deadline keeps the earlier deadline here.
     ///
-    /// [`bio_merge`](Self::bio_merge)'s example implements it.
-    fn next_request(&mut self, cx: &ElvCx<'_>, key: usize, kind: MergeKind) -> Option<usize> {
-        let _ = (cx, key, kind);
-        None
-    }
-
-    /// Removes the request with `key` from every order and gives it back (it is about to
-    /// merge into another).
-    ///
-    /// [`bio_merge`](Self::bio_merge)'s example implements it.
-    fn take_request(&mut self, key: usize) -> Option<Rq> {
-        let _ = key;
-        None
-    }
-
-    /// The request with key `from` (taken by [`take_request`](Self::take_request)) was
-    /// appended to the one with key `into` and freed; per-key data of `from` is still the
-    /// elevator's to read. mq-deadline keeps the earlier deadline here.
-    ///
-    /// [`bio_merge`](Self::bio_merge)'s example implements it.
+    /// The `blkmq-sched-index` crate's `bio_merge` example implements it.
     fn requests_merged(&mut self, cx: &ElvCx<'_>, into: usize, from: usize) {
         let _ = (cx, into, from);
     }
 
     /// Tries to merge `bio` into a held request; gives it back when none takes it. The
-    /// provided method runs Linux's sequence through the hooks above.
+    /// provided method merges nothing, as suits an elevator with no merge support; one that
+    /// merges replaces it, as mq-deadline and BFQ do with the `blkmq-sched-index` crate's
+    /// `bio_merge`, which runs Linux's sequence through the hooks above.
     ///
     /// ```
     /// use blkmq_core::*;
-    /// use std::collections::BTreeMap;
+    /// use std::collections::VecDeque;
     ///
-    /// /// Keeps its requests by key and in sector order, and merges through the hooks.
+    /// /// First in, first out; merges nothing.
     /// #[derive(Default)]
-    /// struct Sorted {
-    ///     held: Vec<Option<Rq>>,
-    ///     by_start: BTreeMap<u64, usize>,
-    ///     merges: usize,
-    /// }
-    /// impl Sorted {
-    ///     fn io<'a>(&'a self, cx: &'a ElvCx<'_>, key: usize) -> Option<&'a RqIo> {
-    ///         cx.io(self.request(key)?).ok()
-    ///     }
-    /// }
-    /// impl Elevator for Sorted {
-    /// #     fn name(&self) -> &'static str { "sorted" }
-    ///     fn depth_updated(&mut self, _: usize, nr_keys: usize) {
-    ///         self.held.resize_with(nr_keys, || None);
-    ///     }
-    ///     fn insert_requests(&mut self, cx: &ElvCx, rqs: &mut dyn Iterator<Item = Rq>, _: bool) {
-    ///         for rq in rqs {
-    ///             let key = cx.key(&rq);
-    ///             self.by_start.insert(cx.io(&rq).unwrap().sector(), key);
-    ///             self.held[key] = Some(rq);
-    ///         }
-    ///     }
-    ///     fn dispatch_request(&mut self, _: &ElvCx<'_>, _: usize) -> Option<Rq> {
-    ///         let (_, key) = self.by_start.pop_first()?;
-    ///         self.held[key].take()
-    ///     }
-    ///     fn has_work(&self, _: usize) -> bool {
-    ///         !self.by_start.is_empty()
-    ///     }
-    ///     fn request_merge(&mut self, cx: &ElvCx<'_>, bio: &Bio) -> Option<(usize, MergeKind)> {
-    ///         if let Some((_, &key)) = self.by_start.range(..bio.sector).next_back() {
-    ///             if self.io(cx, key)?.end_sector() == bio.sector {
-    ///                 return Some((key, MergeKind::Back));
-    ///             }
-    ///         }
-    ///         Some((*self.by_start.get(&bio.end_sector())?, MergeKind::Front))
-    ///     }
-    ///     fn request(&self, key: usize) -> Option<&Rq> {
-    ///         self.held.get(key)?.as_ref()
-    ///     }
-    ///     fn request_mut(&mut self, key: usize) -> Option<&mut Rq> {
-    ///         self.held.get_mut(key)?.as_mut()
-    ///     }
-    ///     fn request_merged(&mut self, cx: &ElvCx<'_>, key: usize, kind: MergeKind) {
-    ///         if kind == MergeKind::Front {
-    ///             // Its start moved.
-    ///             self.by_start.retain(|_, k| *k != key);
-    ///             let start = self.io(cx, key).unwrap().sector();
-    ///             self.by_start.insert(start, key);
-    ///         }
-    ///     }
-    ///     fn next_request(&mut self, cx: &ElvCx, key: usize, kind: MergeKind) -> Option<usize> {
-    ///         // The neighbour in sector order; the queue checks that they touch.
-    ///         let start = self.io(cx, key)?.sector();
-    ///         let next = match kind {
-    ///             MergeKind::Back => self.by_start.range(start + 1..).next(),
-    ///             MergeKind::Front => self.by_start.range(..start).next_back(),
-    ///         };
-    ///         next.map(|(_, &k)| k)
-    ///     }
-    ///     fn take_request(&mut self, key: usize) -> Option<Rq> {
-    ///         self.by_start.retain(|_, k| *k != key);
-    ///         self.held.get_mut(key)?.take()
-    ///     }
-    ///     fn requests_merged(&mut self, _: &ElvCx<'_>, _: usize, _: usize) {
-    ///         self.merges += 1;
-    ///     }
+    /// struct Fifo(VecDeque<Rq>);
+    /// impl Elevator for Fifo {
+    /// #     fn name(&self) -> &'static str { "fifo" }
+    /// #     fn insert_requests(&mut self, _: &ElvCx, rqs: &mut dyn Iterator<Item = Rq>, _: bool) {
+    /// #         self.0.extend(rqs);
+    /// #     }
+    /// #     fn dispatch_request(&mut self, _: &ElvCx<'_>, _: usize) -> Option<Rq> {
+    /// #         self.0.pop_front()
+    /// #     }
+    /// #     fn has_work(&self, _: usize) -> bool { !self.0.is_empty() }
     /// }
     ///
-    /// let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
-    /// let mut tags = set.attach().unwrap();
-    /// tags.attach_scheduler(None, |_| ()).unwrap();
-    /// let limits = QueueLimits::new(1 << 20);
+    /// # let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
+    /// # let mut tags = set.attach().unwrap();
+    /// # tags.attach_scheduler(None, |_| ()).unwrap();
+    /// # let limits = QueueLimits::new(1 << 20);
     /// let cx = ElvCx::new(&tags, &limits, 0);
-    /// let mut elv = Sorted::default();
-    /// elv.depth_updated(tags.nr_requests().unwrap(), tags.nr_keys());
-    /// for sector in [16, 0] {
-    ///     let mut rq = tags.alloc(&Alloc::new(0, 0)).unwrap();
-    ///     tags.set_bio(&mut rq, Bio::new(Op::Read, sector, 8)).unwrap();
-    ///     elv.insert_requests(&cx, &mut core::iter::once(rq), false);
-    /// }
-    /// // 8..16 joins the request at 0 at its back, which then takes in the one at 16.
-    /// elv.bio_merge(&cx, Bio::new(Op::Read, 8, 8)).unwrap();
-    /// assert!(elv.bio_merge(&cx, Bio::new(Op::Read, 100, 8)).is_err()); // touches none
-    /// assert_eq!(elv.merges, 1);
-    /// let rq = elv.dispatch_request(&cx, 0).unwrap();
-    /// let io = cx.io(&rq).unwrap();
-    /// assert_eq!((io.sector(), io.sectors(), io.nr_bios()), (0, 24, 3));
-    /// assert!(!elv.has_work(0));
+    /// let mut fifo = Fifo::default();
+    /// let mut rq = tags.alloc(&Alloc::new(0, 0)).unwrap();
+    /// tags.set_bio(&mut rq, Bio::new(Op::Read, 0, 8)).unwrap();
+    /// fifo.insert_request(&cx, rq, false);
+    /// // 8..16 touches the request held, but this elevator merges nothing: it comes back.
+    /// let back = fifo.bio_merge(&cx, Bio::new(Op::Read, 8, 8)).unwrap_err();
+    /// assert_eq!((back.sector, back.sectors), (8, 8));
+    /// let rq = fifo.dispatch_request(&cx, 0).unwrap();
+    /// assert_eq!(cx.io(&rq).unwrap().sectors(), 8);
     /// tags.free(rq).unwrap();
     /// ```
     fn bio_merge(&mut self, cx: &ElvCx<'_>, bio: Bio) -> Result<(), Bio> {
-        let Some((key, kind)) = self.request_merge(cx, &bio) else {
-            return Err(bio);
-        };
-        let allowed = match self.request(key).map(|rq| cx.io(rq)) {
-            Some(Ok(io)) => self.allow_merge(io, &bio),
-            _ => false,
-        };
-        if !allowed {
-            return Err(bio);
-        }
-        let Some(rq) = self.request_mut(key) else {
-            return Err(bio);
-        };
-        cx.merge_bio(rq, bio)?;
-        self.request_merged(cx, key, kind);
-        if let Some(other) = self.next_request(cx, key, kind) {
-            let (into, from) = match kind {
-                MergeKind::Back => (key, other),
-                MergeKind::Front => (other, key),
-            };
-            merge_held(self, cx, into, from);
-        }
-        Ok(())
+        let _ = cx;
+        Err(bio)
     }
 
     /// A request that went through the elevator is being freed (completed, or ended with
@@ -1345,39 +820,6 @@ pub trait Elevator: core::any::Any + Send {
     fn next_timer(&self) -> Option<u64> {
         None
     }
-}
-
-/// Appends held request `from` to held request `into` when the queue's rules allow,
-/// through the hooks; `from` goes back to the elevator if the merge fails after all.
-fn merge_held<E: Elevator + ?Sized>(elv: &mut E, cx: &ElvCx<'_>, into: usize, from: usize) {
-    let fits = match (elv.request(into), elv.request(from)) {
-        (Some(a), Some(b)) => cx.can_append(a, b),
-        _ => false,
-    };
-    if !fits {
-        return;
-    }
-    let Some(from_rq) = elv.take_request(from) else {
-        return;
-    };
-    let back = match elv.request_mut(into) {
-        Some(into_rq) => cx.merge_requests(into_rq, from_rq).err(),
-        None => Some(from_rq),
-    };
-    match back {
-        None => elv.requests_merged(cx, into, from),
-        Some(rq) => elv.insert_request(cx, rq, false),
-    }
-}
-
-/// `ElvCx::now_ns` reads the time from the backend (a queue's platform) when asked.
-pub(crate) const ASK_BACKEND: u64 = u64::MAX;
-
-/// The time a context's `cell` holds, unless it still says [`ASK_BACKEND`].
-#[inline]
-fn cached(cell: &Cell<u64>) -> Option<u64> {
-    let time = cell.get();
-    (time != ASK_BACKEND).then_some(time)
 }
 
 /// A scheduler tunable refused: its name and the value given (what every elevator's setters

@@ -14,8 +14,8 @@
 //!   O(depth), not O(depth x hardware queues)). Request queues attach through
 //!   [`QueueTags`], which allocates (NOWAIT, async, blocking, reserved, batched), shares the
 //!   tags fairly between active queues, and adds scheduler tags for queues with an elevator.
-//! * [`Elevator`]: the I/O scheduler interface, and [`sched_index`]: the allocation-free
-//!   request orders (sector trees, FIFOs, a merge hash) schedulers share.
+//! * [`Elevator`]: the I/O scheduler interface (the request orders and the merge sequence
+//!   schedulers share are the `blkmq-sched-index` crate).
 //!
 //! ```
 //! use blkmq_core::{Alloc, Bio, Op, StdPlatform, Status, TagSet, TagSetFlags};
@@ -48,24 +48,18 @@
 extern crate alloc;
 #[cfg(feature = "std")]
 extern crate std;
-// `arbitrary`'s derive names `::std`; the model itself uses only `core` and `alloc`.
-#[cfg(all(feature = "test-utils", not(feature = "std")))]
-extern crate std;
 
 mod bio;
 mod driver;
 mod elevator;
 mod error;
 mod limits;
-#[cfg(feature = "test-utils")]
-pub mod ops;
 mod platform;
 mod queue;
 mod queue_map;
 mod queue_tags;
 mod request;
 mod restart;
-pub mod sched_index;
 mod split;
 mod sync;
 mod tags;

@@ -35,15 +35,10 @@
 #![deny(unsafe_code)]
 
 extern crate alloc;
-// `arbitrary`'s derive names `::std`; the model itself uses only `core` and `alloc`.
-#[cfg(feature = "test-utils")]
-extern crate std;
 
 mod error;
 mod hint;
 mod map;
-#[cfg(feature = "test-utils")]
-pub mod ops;
 #[cfg(all(feature = "std", not(loom)))]
 mod park;
 mod queue;

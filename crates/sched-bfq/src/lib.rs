@@ -2,7 +2,7 @@
 //!
 //! Every issuer ([`IssuerId`]) gets a queue for its sync I/O (reads, and writes someone
 //! waits for); async writes share one queue per priority class and level within a group.
-//! Each queue is a leaf of a B-WF2Q+ scheduler ([`wf2q`]) with a weight — `(8 - level) x
+//! Each queue is a leaf of a B-WF2Q+ scheduler with a weight — `(8 - level) x
 //! 10` from the I/O priority, or set with [`Bfq::set_issuer_weight`] — under a hierarchy of
 //! groups ([`Bfq::add_group`]). The scheduler grants one queue at a time the device for a
 //! *budget* of sectors; service is shared by sectors in proportion to the weights, so a
@@ -48,7 +48,7 @@
 //! always get the maximum budget and are charged three times their sectors.
 //!
 //! Requests are kept per queue in a sector-sorted tree and a FIFO from
-//! [`blkmq_core::sched_index`], in arrays sized by [`Elevator::depth_updated`]; queue
+//! [`blkmq_sched_index`], in arrays sized by [`Elevator::depth_updated`]; queue
 //! state is allocated when an issuer's queue is first made and recycled after it has been
 //! idle for 12 s. Nothing is allocated per request.
 //!
@@ -91,33 +91,33 @@
 #![forbid(unsafe_code)]
 
 extern crate alloc;
-// `arbitrary`'s derive in the model (`ops`) names `::std`.
-#[cfg(feature = "test-utils")]
-extern crate std;
 
 mod burst;
-#[cfg(feature = "test-utils")]
-pub mod ops;
+mod elevator;
+mod groups;
 mod queue;
 mod rate;
 mod service;
 mod slot_list;
+mod stats;
 mod tunables;
-pub mod wf2q;
+mod wf2q;
 
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 use core::fmt;
 
-use blkmq_core::sched_index::{KeyLists, SortedRequests};
-use blkmq_core::{Bio, BioFlags, Elevator, ElvCx, IoPrio, IssuerId, MergeKind, Op, Rq, RqIo};
+use blkmq_core::{BioFlags, Elevator, ElvCx, IoPrio, IssuerId, Op, Rq};
+use blkmq_sched_index::{KeyLists, SortedRequests};
 
 /// A tunable refused (shared by every scheduler).
 pub use blkmq_core::TunableError;
 use burst::Burst;
+pub use groups::{DEFAULT_GROUP_WEIGHT, GroupId, MAX_GROUP_WEIGHT};
 use queue::{NO_QUEUE, Queue, class_of, prio_weight};
 use rate::PeakRate;
 use slot_list::SlotList;
+pub use stats::{BfqStats, QueueStats};
 pub use tunables::{
     MAX_BACK_SEEK_KIB, MAX_BACK_SEEK_PENALTY, MAX_BUDGET, MAX_EXPIRE_NS, MAX_SLICE_IDLE_NS,
     Tunables,
@@ -128,48 +128,6 @@ use wf2q::{Class, EntityId, Wf2q};
 const DISPATCH: usize = 0;
 /// Async queues per group: one per class and level.
 const ASYNC_SLOTS: usize = 3 * IoPrio::LEVELS as usize;
-
-/// The weights a group or an issuer may be given.
-///
-/// ```
-/// use blkmq_sched_bfq::{Bfq, BfqError, GroupId, MAX_GROUP_WEIGHT};
-/// let mut bfq = Bfq::new();
-/// assert!(bfq.add_group(GroupId::ROOT, MAX_GROUP_WEIGHT).is_ok());
-/// assert_eq!(bfq.add_group(GroupId::ROOT, 1001), Err(BfqError::BadWeight(1001)));
-/// ```
-pub const MAX_GROUP_WEIGHT: u32 = 1000;
-
-/// The weight of a group made without one (Linux's cgroup default).
-///
-/// ```
-/// use blkmq_sched_bfq::DEFAULT_GROUP_WEIGHT;
-/// assert_eq!(DEFAULT_GROUP_WEIGHT, 100);
-/// ```
-pub const DEFAULT_GROUP_WEIGHT: u32 = 100;
-
-/// A group of queues (what a cgroup is to Linux's BFQ): it gets a share of its parent's
-/// service by its weight, and shares it among its queues and subgroups.
-///
-/// ```
-/// use blkmq_sched_bfq::{Bfq, GroupId};
-/// let mut bfq = Bfq::new();
-/// let g = bfq.add_group(GroupId::ROOT, 200).unwrap();
-/// assert_ne!(g, GroupId::ROOT);
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct GroupId(u32);
-
-impl GroupId {
-    /// The root group: every issuer's queues are in it unless moved.
-    ///
-    /// ```
-    /// use blkmq_core::IssuerId;
-    /// use blkmq_sched_bfq::{Bfq, GroupId};
-    /// let mut bfq = Bfq::new();
-    /// assert!(bfq.set_issuer_group(IssuerId(1), GroupId::ROOT).is_ok());
-    /// ```
-    pub const ROOT: GroupId = GroupId(0);
-}
 
 /// A configuration call refused.
 ///
@@ -205,56 +163,6 @@ impl From<TunableError> for BfqError {
     fn from(e: TunableError) -> Self {
         BfqError::Tunable(e)
     }
-}
-
-/// The state of an issuer's sync queue.
-///
-/// ```
-/// use blkmq_sched_bfq::QueueStats;
-/// assert!(!QueueStats::default().raised);
-/// ```
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct QueueStats {
-    /// The weight in use, raising included.
-    pub weight: u32,
-    /// Whether it is weight-raised.
-    pub raised: bool,
-    /// Whether more than 4 of its last 32 requests were far (> 8 MiB) seeks.
-    pub seeky: bool,
-    /// The budget of its current turn, or of its next one when it is not backlogged
-    /// (sectors).
-    pub budget: u64,
-    /// Sectors dispatched, as charged (lifetime).
-    pub service_sectors: u64,
-    /// Requests dispatched (lifetime).
-    pub dispatched: u64,
-    /// Turns its budget timeout ended (lifetime).
-    pub budget_timeouts: u64,
-}
-
-/// Scheduler-wide counters and estimates.
-///
-/// ```
-/// use blkmq_sched_bfq::Bfq;
-/// let stats = Bfq::new().stats();
-/// assert_eq!((stats.peak_rate, stats.max_budget), (0, 16_384));
-/// ```
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct BfqStats {
-    /// The estimated peak rate in sectors per second; 0 until measured.
-    pub peak_rate: u64,
-    /// The maximum budget in use (sectors).
-    pub max_budget: u64,
-    /// Times the device was idled for the queue in service.
-    pub idle_waits: u64,
-    /// Requests dispatched from another queue while idling.
-    pub injected: u64,
-    /// Turns ended by the budget timeout.
-    pub budget_timeouts: u64,
-    /// Queues weight-raised now.
-    pub raised_queues: usize,
-    /// Bursts of queue creations that became large.
-    pub large_bursts: u64,
 }
 
 /// What the scheduler knows of one request key.
@@ -403,14 +311,6 @@ fn async_slot(prio: IoPrio) -> usize {
     class * IoPrio::LEVELS as usize + usize::from(prio.level())
 }
 
-fn check_weight(weight: u32) -> Result<(), BfqError> {
-    if (1..=MAX_GROUP_WEIGHT).contains(&weight) {
-        Ok(())
-    } else {
-        Err(BfqError::BadWeight(weight))
-    }
-}
-
 impl Bfq {
     /// BFQ with the default tunables; its arrays are made by [`Elevator::depth_updated`],
     /// which the queue calls when attaching it.
@@ -460,394 +360,6 @@ impl Bfq {
             budgets_assigned: 0,
             nr_raised: 0,
             stats: BfqStats::default(),
-        }
-    }
-
-    /// BFQ with `tunables`.
-    ///
-    /// # Errors
-    /// [`TunableError`] for the first tunable out of range.
-    ///
-    /// ```
-    /// use blkmq_sched_bfq::{Bfq, TunableError, Tunables};
-    /// let t = Tunables { slice_idle_ns: 0, ..Tunables::default() };
-    /// assert_eq!(Bfq::with_tunables(t).unwrap().tunables().slice_idle_ns, 0);
-    /// let bad = Tunables { back_seek_penalty: 0, ..Tunables::default() };
-    /// let err = Bfq::with_tunables(bad).unwrap_err();
-    /// assert_eq!(err, TunableError { name: "back_seek_penalty", value: 0 });
-    /// ```
-    pub fn with_tunables(tunables: Tunables) -> Result<Self, TunableError> {
-        tunables.validate()?;
-        let mut bfq = Self::new();
-        bfq.tunables = tunables;
-        Ok(bfq)
-    }
-
-    /// The tunables.
-    ///
-    /// ```
-    /// use blkmq_sched_bfq::Bfq;
-    /// assert!(Bfq::new().tunables().low_latency);
-    /// ```
-    pub fn tunables(&self) -> &Tunables {
-        &self.tunables
-    }
-
-    /// Sets all tunables at once.
-    ///
-    /// # Errors
-    /// [`TunableError`] for the first tunable out of range (nothing is changed then).
-    ///
-    /// ```
-    /// use blkmq_sched_bfq::{Bfq, Tunables};
-    /// let mut bfq = Bfq::new();
-    /// let t = Tunables { low_latency: false, max_budget: 4096, ..Tunables::default() };
-    /// bfq.set_tunables(t).unwrap();
-    /// assert_eq!(bfq.stats().max_budget, 4096);
-    /// let bad = Tunables { timeout_sync_ns: 0, ..t };
-    /// assert!(bfq.set_tunables(bad).is_err());
-    /// assert_eq!(*bfq.tunables(), t);
-    /// ```
-    pub fn set_tunables(&mut self, tunables: Tunables) -> Result<(), TunableError> {
-        tunables.validate()?;
-        let low_latency = tunables.low_latency;
-        self.tunables = tunables;
-        // Through the one path that also ends raising when it goes off.
-        self.set_low_latency(low_latency);
-        Ok(())
-    }
-
-    /// Sets `slice_idle` (0 to [`MAX_SLICE_IDLE_NS`]; 0 turns idling off).
-    ///
-    /// # Errors
-    /// [`TunableError`] out of range.
-    ///
-    /// ```
-    /// use blkmq_sched_bfq::{Bfq, TunableError};
-    /// let mut bfq = Bfq::new();
-    /// bfq.set_slice_idle(0).unwrap();
-    /// let err = bfq.set_slice_idle(2_000_000_000).unwrap_err();
-    /// assert_eq!(err, TunableError { name: "slice_idle", value: 2_000_000_000 });
-    /// ```
-    pub fn set_slice_idle(&mut self, ns: u64) -> Result<(), TunableError> {
-        Tunables::check_slice_idle(ns)?;
-        self.tunables.slice_idle_ns = ns;
-        Ok(())
-    }
-
-    /// Sets `timeout_sync` (1 ms to [`MAX_EXPIRE_NS`]).
-    ///
-    /// # Errors
-    /// [`TunableError`] out of range.
-    ///
-    /// ```
-    /// use blkmq_sched_bfq::Bfq;
-    /// let mut bfq = Bfq::new();
-    /// bfq.set_timeout_sync(250_000_000).unwrap();
-    /// assert!(bfq.set_timeout_sync(999_999).is_err());
-    /// ```
-    pub fn set_timeout_sync(&mut self, ns: u64) -> Result<(), TunableError> {
-        Tunables::check_timeout_sync(ns)?;
-        self.tunables.timeout_sync_ns = ns;
-        Ok(())
-    }
-
-    /// Sets `max_budget` in sectors (up to [`MAX_BUDGET`]; 0: auto-tuned from the peak
-    /// rate).
-    ///
-    /// # Errors
-    /// [`TunableError`] out of range.
-    ///
-    /// ```
-    /// use blkmq_sched_bfq::Bfq;
-    /// let mut bfq = Bfq::new();
-    /// bfq.set_max_budget(2048).unwrap();
-    /// assert_eq!(bfq.stats().max_budget, 2048);
-    /// bfq.set_max_budget(0).unwrap(); // auto: the default until the rate is measured
-    /// assert_eq!(bfq.stats().max_budget, 16_384);
-    /// ```
-    pub fn set_max_budget(&mut self, sectors: u64) -> Result<(), TunableError> {
-        Tunables::check_max_budget(sectors)?;
-        self.tunables.max_budget = sectors;
-        Ok(())
-    }
-
-    /// Sets `fifo_expire_sync` (0 to [`MAX_EXPIRE_NS`]).
-    ///
-    /// # Errors
-    /// [`TunableError`] out of range.
-    ///
-    /// ```
-    /// use blkmq_sched_bfq::{Bfq, MAX_EXPIRE_NS};
-    /// let mut bfq = Bfq::new();
-    /// bfq.set_fifo_expire_sync(10_000_000).unwrap();
-    /// assert!(bfq.set_fifo_expire_sync(MAX_EXPIRE_NS + 1).is_err());
-    /// ```
-    pub fn set_fifo_expire_sync(&mut self, ns: u64) -> Result<(), TunableError> {
-        Tunables::check_fifo_expire_sync(ns)?;
-        self.tunables.fifo_expire_sync_ns = ns;
-        Ok(())
-    }
-
-    /// Sets `fifo_expire_async` (0 to [`MAX_EXPIRE_NS`]).
-    ///
-    /// # Errors
-    /// [`TunableError`] out of range.
-    ///
-    /// ```
-    /// use blkmq_sched_bfq::{Bfq, MAX_EXPIRE_NS};
-    /// let mut bfq = Bfq::new();
-    /// bfq.set_fifo_expire_async(500_000_000).unwrap();
-    /// assert!(bfq.set_fifo_expire_async(MAX_EXPIRE_NS + 1).is_err());
-    /// ```
-    pub fn set_fifo_expire_async(&mut self, ns: u64) -> Result<(), TunableError> {
-        Tunables::check_fifo_expire_async(ns)?;
-        self.tunables.fifo_expire_async_ns = ns;
-        Ok(())
-    }
-
-    /// Sets `back_seek_max` in KiB (0 to [`MAX_BACK_SEEK_KIB`]; 0: never seek back while a
-    /// request lies ahead).
-    ///
-    /// # Errors
-    /// [`TunableError`] out of range.
-    ///
-    /// ```
-    /// use blkmq_sched_bfq::{Bfq, MAX_BACK_SEEK_KIB};
-    /// let mut bfq = Bfq::new();
-    /// bfq.set_back_seek_max(0).unwrap();
-    /// assert!(bfq.set_back_seek_max(MAX_BACK_SEEK_KIB + 1).is_err());
-    /// ```
-    pub fn set_back_seek_max(&mut self, kib: u64) -> Result<(), TunableError> {
-        Tunables::check_back_seek_max(kib)?;
-        self.tunables.back_seek_max_kib = kib;
-        Ok(())
-    }
-
-    /// Sets `back_seek_penalty` (1 to [`MAX_BACK_SEEK_PENALTY`]).
-    ///
-    /// # Errors
-    /// [`TunableError`] out of range.
-    ///
-    /// ```
-    /// use blkmq_sched_bfq::{Bfq, TunableError};
-    /// let mut bfq = Bfq::new();
-    /// bfq.set_back_seek_penalty(1).unwrap();
-    /// let err = bfq.set_back_seek_penalty(0).unwrap_err();
-    /// assert_eq!(err, TunableError { name: "back_seek_penalty", value: 0 });
-    /// ```
-    pub fn set_back_seek_penalty(&mut self, n: u32) -> Result<(), TunableError> {
-        Tunables::check_back_seek_penalty(n)?;
-        self.tunables.back_seek_penalty = n;
-        Ok(())
-    }
-
-    /// Turns low latency (weight raising, burst detection) on or off; off ends every
-    /// raising at once.
-    ///
-    /// ```
-    /// use blkmq_sched_bfq::Bfq;
-    /// let mut bfq = Bfq::new();
-    /// bfq.set_low_latency(false);
-    /// assert!(!bfq.tunables().low_latency);
-    /// ```
-    pub fn set_low_latency(&mut self, on: bool) {
-        self.tunables.low_latency = on;
-        if !on {
-            for q in 0..self.queues.len() as u32 {
-                if self.queues[q as usize].live && self.queues[q as usize].wr_coeff > 1 {
-                    self.end_raising(q, 0);
-                }
-            }
-        }
-    }
-
-    /// Turns strict guarantees on or off: with them, every sync queue is idled for when it
-    /// empties, and nothing is injected.
-    ///
-    /// ```
-    /// use blkmq_sched_bfq::Bfq;
-    /// let mut bfq = Bfq::new();
-    /// bfq.set_strict_guarantees(true);
-    /// assert!(bfq.tunables().strict_guarantees);
-    /// ```
-    pub fn set_strict_guarantees(&mut self, on: bool) {
-        self.tunables.strict_guarantees = on;
-    }
-
-    /// A new group under `parent`, with `weight` (1 to [`MAX_GROUP_WEIGHT`]; Linux's
-    /// default is [`DEFAULT_GROUP_WEIGHT`]).
-    ///
-    /// # Errors
-    /// [`BfqError::NoSuchGroup`] for `parent`, [`BfqError::BadWeight`].
-    ///
-    /// ```
-    /// use blkmq_sched_bfq::{Bfq, BfqError, GroupId};
-    /// let mut bfq = Bfq::new();
-    /// let g = bfq.add_group(GroupId::ROOT, 100).unwrap();
-    /// let sub = bfq.add_group(g, 500).unwrap();
-    /// assert_ne!(g, sub);
-    /// assert_eq!(bfq.add_group(GroupId::ROOT, 0), Err(BfqError::BadWeight(0)));
-    /// ```
-    pub fn add_group(&mut self, parent: GroupId, weight: u32) -> Result<GroupId, BfqError> {
-        check_weight(weight)?;
-        let parent = self
-            .groups
-            .get(parent.0 as usize)
-            .ok_or(BfqError::NoSuchGroup)?
-            .entity;
-        let entity = self
-            .sched
-            .add_group(parent, weight, Class::Be)
-            .map_err(|_| BfqError::NoSuchGroup)?;
-        self.groups.push(Group {
-            entity,
-            async_queues: [NO_QUEUE; ASYNC_SLOTS],
-            active: 0,
-        });
-        Ok(GroupId(self.groups.len() as u32 - 1))
-    }
-
-    /// Sets a group's weight (1 to [`MAX_GROUP_WEIGHT`]); it applies from the group's next
-    /// activation.
-    ///
-    /// # Errors
-    /// [`BfqError::NoSuchGroup`], [`BfqError::BadWeight`].
-    ///
-    /// ```
-    /// use blkmq_sched_bfq::{Bfq, BfqError, GroupId};
-    /// let mut bfq = Bfq::new();
-    /// let g = bfq.add_group(GroupId::ROOT, 100).unwrap();
-    /// bfq.set_group_weight(g, 300).unwrap();
-    /// assert_eq!(bfq.set_group_weight(g, 1001), Err(BfqError::BadWeight(1001)));
-    /// ```
-    pub fn set_group_weight(&mut self, group: GroupId, weight: u32) -> Result<(), BfqError> {
-        check_weight(weight)?;
-        if group == GroupId::ROOT {
-            // The root shares nothing with a sibling: its weight is moot.
-            return Ok(());
-        }
-        let entity = self
-            .groups
-            .get(group.0 as usize)
-            .ok_or(BfqError::NoSuchGroup)?
-            .entity;
-        self.sched
-            .set_weight(entity, weight)
-            .map_err(|_| BfqError::NoSuchGroup)
-    }
-
-    /// Puts an issuer's queues in `group`: its async requests from now on, its sync queue
-    /// when it is next idle.
-    ///
-    /// # Errors
-    /// [`BfqError::NoSuchGroup`].
-    ///
-    /// ```
-    /// use blkmq_core::IssuerId;
-    /// use blkmq_sched_bfq::{Bfq, BfqError, GroupId};
-    /// let mut bfq = Bfq::new();
-    /// let g = bfq.add_group(GroupId::ROOT, 100).unwrap();
-    /// bfq.set_issuer_group(IssuerId(3), g).unwrap();
-    /// let other = Bfq::new().add_group(GroupId::ROOT, 100).unwrap();
-    /// let mut fresh = Bfq::new();
-    /// assert_eq!(fresh.set_issuer_group(IssuerId(3), other), Err(BfqError::NoSuchGroup));
-    /// ```
-    pub fn set_issuer_group(&mut self, issuer: IssuerId, group: GroupId) -> Result<(), BfqError> {
-        if group.0 as usize >= self.groups.len() {
-            return Err(BfqError::NoSuchGroup);
-        }
-        let entry = self.issuer_entry(issuer);
-        entry.group = group.0;
-        let q = entry.queue;
-        if q != NO_QUEUE {
-            // Its sync queue moves when next it becomes backlogged.
-            self.queues[q as usize].next_group = group.0;
-        }
-        Ok(())
-    }
-
-    /// Overrides the weight the I/O priority gives an issuer's sync queue (1 to
-    /// [`MAX_GROUP_WEIGHT`]). A queue with a weight set is never raised.
-    ///
-    /// # Errors
-    /// [`BfqError::BadWeight`].
-    ///
-    /// ```
-    /// use blkmq_core::IssuerId;
-    /// use blkmq_sched_bfq::{Bfq, BfqError};
-    /// let mut bfq = Bfq::new();
-    /// bfq.set_issuer_weight(IssuerId(1), 400).unwrap();
-    /// assert_eq!(bfq.set_issuer_weight(IssuerId(1), 1001), Err(BfqError::BadWeight(1001)));
-    /// ```
-    pub fn set_issuer_weight(&mut self, issuer: IssuerId, weight: u32) -> Result<(), BfqError> {
-        check_weight(weight)?;
-        let entry = self.issuer_entry(issuer);
-        entry.weight = Some(weight);
-        let q = entry.queue;
-        if q != NO_QUEUE {
-            let queue = &mut self.queues[q as usize];
-            queue.orig_weight = weight;
-            queue.explicit_weight = true;
-            let (e, w) = (queue.entity, queue.weight());
-            let _ = self.sched.set_weight(e, w);
-            self.reaccount(q);
-        }
-        Ok(())
-    }
-
-    /// The state of an issuer's sync queue, once it has issued sync I/O.
-    ///
-    /// ```
-    /// use blkmq_core::IssuerId;
-    /// use blkmq_sched_bfq::Bfq;
-    /// assert!(Bfq::new().issuer_stats(IssuerId(9)).is_none());
-    /// ```
-    pub fn issuer_stats(&self, issuer: IssuerId) -> Option<QueueStats> {
-        let entry = self.issuers.get(&issuer)?;
-        let mut stats = QueueStats {
-            weight: entry
-                .weight
-                .unwrap_or(prio_weight(IoPrio::default().level())),
-            raised: false,
-            seeky: false,
-            budget: 0,
-            service_sectors: entry.service,
-            dispatched: entry.dispatched,
-            budget_timeouts: entry.budget_timeouts,
-        };
-        if entry.queue != NO_QUEUE {
-            let q = &self.queues[entry.queue as usize];
-            // Its queue's counts, not yet folded into the issuer's.
-            stats.service_sectors += q.total_service;
-            stats.dispatched += q.total_dispatched;
-            stats.budget_timeouts += q.budget_timeouts;
-            stats.weight = q.weight();
-            stats.raised = q.wr_coeff > 1;
-            stats.seeky = q.seeky();
-            stats.budget = if self.sched.is_active(q.entity) {
-                q.budget
-            } else {
-                q.max_budget
-            };
-        } else if entry.dispatched == 0 {
-            return None;
-        }
-        Some(stats)
-    }
-
-    /// Scheduler-wide counters.
-    ///
-    /// ```
-    /// use blkmq_sched_bfq::Bfq;
-    /// assert_eq!(Bfq::new().stats().idle_waits, 0);
-    /// ```
-    pub fn stats(&self) -> BfqStats {
-        BfqStats {
-            peak_rate: self.rate.rate,
-            max_budget: self.max_budget_now(),
-            raised_queues: self.nr_raised,
-            ..self.stats
         }
     }
 
@@ -1182,205 +694,6 @@ impl Bfq {
             return;
         }
         self.request_done(q, now, injected);
-    }
-}
-
-impl Elevator for Bfq {
-    fn name(&self) -> &'static str {
-        "bfq"
-    }
-
-    fn depth_updated(&mut self, nr_requests: usize, nr_keys: usize) {
-        self.end_lone_wait(None, 0);
-        self.nr_requests = nr_requests;
-        if nr_keys != self.sorted.forest().nr_keys() {
-            self.grow(nr_keys);
-        }
-    }
-
-    fn min_shallow_depth(&self) -> Option<usize> {
-        // The smallest of the limits: async I/O while a queue is raised.
-        Some(((self.nr_requests * 3) >> 4).max(1))
-    }
-
-    fn limit_depth(&self, op: Op, flags: BioFlags) -> Option<usize> {
-        let sync = is_sync(op, flags);
-        if (sync && !op.is_write()) || self.nr_requests == 0 {
-            return None;
-        }
-        let d = self.nr_requests;
-        let limit = match (self.balance.raised > 0, sync) {
-            (false, false) => d >> 1,
-            (false, true) => (d * 3) >> 2,
-            (true, false) => (d * 3) >> 4,
-            (true, true) => (d * 6) >> 4,
-        };
-        Some(limit.max(1))
-    }
-
-    fn prepare_request(&mut self, cx: &ElvCx<'_>, rq: &mut Rq) {
-        // Make the request's queue now, where allocating is expected, not at insertion.
-        let Ok(io) = cx.io(rq) else {
-            return;
-        };
-        let (sync, prio, issuer) = (is_sync(io.op(), io.flags()), io.prio(), io.issuer());
-        if self.find_queue(issuer, sync, prio).is_none() {
-            self.queue_for(issuer, sync, prio, cx.now_ns());
-        }
-    }
-
-    fn insert_requests(
-        &mut self,
-        cx: &ElvCx<'_>,
-        rqs: &mut dyn Iterator<Item = Rq>,
-        at_head: bool,
-    ) {
-        let now = cx.now_ns();
-        self.rotational = cx.limits().rotational;
-        // A batch at the head keeps its own order.
-        let mut prev: Option<usize> = None;
-        for rq in rqs {
-            if !at_head {
-                self.insert_one(cx, rq, false, now);
-                continue;
-            }
-            let key = cx.key(&rq);
-            self.insert_one(cx, rq, at_head, now);
-            if self.lists.list_of(key) == Some(DISPATCH) {
-                if let Some(p) = prev {
-                    if self.lists.same_list(p, key) {
-                        self.lists.remove(key);
-                        self.lists.insert_after(p, key);
-                    }
-                }
-                prev = Some(key);
-            }
-        }
-    }
-
-    fn insert_request(&mut self, cx: &ElvCx<'_>, rq: Rq, at_head: bool) {
-        let now = cx.now_ns();
-        self.rotational = cx.limits().rotational;
-        self.insert_one(cx, rq, at_head, now);
-    }
-
-    fn dispatch_request(&mut self, cx: &ElvCx<'_>, _hctx: usize) -> Option<Rq> {
-        if self.lists.total() == 0 {
-            return None;
-        }
-        let now = cx.now_ns();
-        self.rotational = cx.limits().rotational;
-        let (key, injected) = self.next_dispatch(now)?;
-        let rq = self.sorted.take(key)?;
-        let (sector, sectors) = cx.io(&rq).map_or((0, self.info[key].sectors), |io| {
-            (io.sector(), io.sectors())
-        });
-        self.dispatched(key, sector, sectors, injected, now);
-        Some(rq)
-    }
-
-    fn has_work(&self, _hctx: usize) -> bool {
-        self.lists.total() != 0
-    }
-
-    fn allow_merge(&self, io: &RqIo, bio: &Bio) -> bool {
-        // Merges stay within a queue: the same issuer's sync queue, or the same async one.
-        let sync = is_sync(io.op(), io.flags());
-        sync == bio.is_sync() && (!sync || io.issuer() == bio.issuer)
-    }
-
-    fn request_merge(&mut self, cx: &ElvCx<'_>, bio: &Bio) -> Option<(usize, MergeKind)> {
-        if self.lists.total() == 0 {
-            // Nothing queued to merge into (an idle device's common case).
-            return None;
-        }
-        let q = self.find_queue(bio.issuer, bio.is_sync(), bio.prio)? as usize;
-        self.sorted.request_merge(cx, bio, q, true, |_, t| t == q)
-    }
-
-    fn request(&self, key: usize) -> Option<&Rq> {
-        self.sorted.request(key)
-    }
-
-    fn request_mut(&mut self, key: usize) -> Option<&mut Rq> {
-        self.sorted.request_mut(key)
-    }
-
-    fn request_merged(&mut self, cx: &ElvCx<'_>, key: usize, kind: MergeKind) {
-        if let Some(sectors) = self.sorted.request_merged(cx, key, kind) {
-            self.info[key].sectors = sectors;
-        }
-    }
-
-    fn next_request(&mut self, _cx: &ElvCx<'_>, key: usize, kind: MergeKind) -> Option<usize> {
-        self.sorted.next_request(key, kind)
-    }
-
-    fn take_request(&mut self, key: usize) -> Option<Rq> {
-        // Out of the sector order, but kept in the FIFO until `requests_merged` has handed
-        // its place to the survivor (or the merge fails and it is inserted again).
-        self.sorted.take_request(key)
-    }
-
-    fn requests_merged(&mut self, cx: &ElvCx<'_>, into: usize, from: usize) {
-        if let Some(sectors) = self.sorted.requests_merged(cx, into) {
-            self.info[into].sectors = sectors;
-        }
-        self.finish_merged(into, from);
-    }
-
-    fn completed_request(&mut self, cx: &ElvCx<'_>, rq: &Rq) {
-        let key = cx.key(rq);
-        if self.info.get(key).is_some_and(|i| i.dispatched) {
-            self.complete_key(key, cx.now_ns());
-        }
-    }
-
-    fn finish_request(&mut self, cx: &ElvCx<'_>, rq: &Rq) {
-        let key = cx.key(rq);
-        let Some(info) = self.info.get(key) else {
-            return;
-        };
-        if info.dispatched {
-            // Issued, but not reported completed: account for it here.
-            self.complete_key(key, cx.now_ns());
-        }
-        if self.info[key].counted {
-            self.info[key].counted = false;
-            // Ended before dispatch (an error): no trace may stay in the orders.
-            if self.sorted.request(key).is_some() || self.lists.contains(key) {
-                self.unlink(key);
-                let _ = self.sorted.take(key);
-                let q = self.info[key].queue;
-                if q != NO_QUEUE {
-                    self.reaccount(q);
-                }
-            }
-        }
-    }
-
-    fn requeue_request(&mut self, cx: &ElvCx<'_>, rq: &Rq) {
-        let key = cx.key(rq);
-        let Some(info) = self.info.get_mut(key) else {
-            return;
-        };
-        if !info.dispatched {
-            return;
-        }
-        info.dispatched = false;
-        let injected = core::mem::take(&mut info.injected);
-        let q = info.queue;
-        self.in_flight = self.in_flight.saturating_sub(1);
-        if q != NO_QUEUE {
-            self.request_returned(q, injected);
-        }
-    }
-
-    fn next_timer(&self) -> Option<u64> {
-        if self.in_service == NO_QUEUE {
-            return None;
-        }
-        self.idle_until
     }
 }
 

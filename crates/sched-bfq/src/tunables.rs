@@ -1,6 +1,9 @@
-//! BFQ's tunables, their defaults (Linux's) and their valid ranges.
+//! BFQ's tunables, their defaults (Linux's) and their valid ranges, and the calls that set
+//! them.
 
 use blkmq_core::TunableError;
+
+use crate::Bfq;
 
 pub(crate) const MS: u64 = 1_000_000;
 
@@ -148,5 +151,219 @@ impl Tunables {
         Self::check_fifo_expire_async(self.fifo_expire_async_ns)?;
         Self::check_back_seek_max(self.back_seek_max_kib)?;
         Self::check_back_seek_penalty(self.back_seek_penalty)
+    }
+}
+
+impl Bfq {
+    /// BFQ with `tunables`.
+    ///
+    /// # Errors
+    /// [`TunableError`] for the first tunable out of range.
+    ///
+    /// ```
+    /// use blkmq_sched_bfq::{Bfq, TunableError, Tunables};
+    /// let t = Tunables { slice_idle_ns: 0, ..Tunables::default() };
+    /// assert_eq!(Bfq::with_tunables(t).unwrap().tunables().slice_idle_ns, 0);
+    /// let bad = Tunables { back_seek_penalty: 0, ..Tunables::default() };
+    /// let err = Bfq::with_tunables(bad).unwrap_err();
+    /// assert_eq!(err, TunableError { name: "back_seek_penalty", value: 0 });
+    /// ```
+    pub fn with_tunables(tunables: Tunables) -> Result<Self, TunableError> {
+        tunables.validate()?;
+        let mut bfq = Self::new();
+        bfq.tunables = tunables;
+        Ok(bfq)
+    }
+
+    /// The tunables.
+    ///
+    /// ```
+    /// use blkmq_sched_bfq::Bfq;
+    /// assert!(Bfq::new().tunables().low_latency);
+    /// ```
+    pub fn tunables(&self) -> &Tunables {
+        &self.tunables
+    }
+
+    /// Sets all tunables at once.
+    ///
+    /// # Errors
+    /// [`TunableError`] for the first tunable out of range (nothing is changed then).
+    ///
+    /// ```
+    /// use blkmq_sched_bfq::{Bfq, Tunables};
+    /// let mut bfq = Bfq::new();
+    /// let t = Tunables { low_latency: false, max_budget: 4096, ..Tunables::default() };
+    /// bfq.set_tunables(t).unwrap();
+    /// assert_eq!(bfq.stats().max_budget, 4096);
+    /// let bad = Tunables { timeout_sync_ns: 0, ..t };
+    /// assert!(bfq.set_tunables(bad).is_err());
+    /// assert_eq!(*bfq.tunables(), t);
+    /// ```
+    pub fn set_tunables(&mut self, tunables: Tunables) -> Result<(), TunableError> {
+        tunables.validate()?;
+        let low_latency = tunables.low_latency;
+        self.tunables = tunables;
+        // Through the one path that also ends raising when it goes off.
+        self.set_low_latency(low_latency);
+        Ok(())
+    }
+
+    /// Sets `slice_idle` (0 to [`MAX_SLICE_IDLE_NS`]; 0 turns idling off).
+    ///
+    /// # Errors
+    /// [`TunableError`] out of range.
+    ///
+    /// ```
+    /// use blkmq_sched_bfq::{Bfq, TunableError};
+    /// let mut bfq = Bfq::new();
+    /// bfq.set_slice_idle(0).unwrap();
+    /// let err = bfq.set_slice_idle(2_000_000_000).unwrap_err();
+    /// assert_eq!(err, TunableError { name: "slice_idle", value: 2_000_000_000 });
+    /// ```
+    pub fn set_slice_idle(&mut self, ns: u64) -> Result<(), TunableError> {
+        Tunables::check_slice_idle(ns)?;
+        self.tunables.slice_idle_ns = ns;
+        Ok(())
+    }
+
+    /// Sets `timeout_sync` (1 ms to [`MAX_EXPIRE_NS`]).
+    ///
+    /// # Errors
+    /// [`TunableError`] out of range.
+    ///
+    /// ```
+    /// use blkmq_sched_bfq::Bfq;
+    /// let mut bfq = Bfq::new();
+    /// bfq.set_timeout_sync(250_000_000).unwrap();
+    /// assert!(bfq.set_timeout_sync(999_999).is_err());
+    /// ```
+    pub fn set_timeout_sync(&mut self, ns: u64) -> Result<(), TunableError> {
+        Tunables::check_timeout_sync(ns)?;
+        self.tunables.timeout_sync_ns = ns;
+        Ok(())
+    }
+
+    /// Sets `max_budget` in sectors (up to [`MAX_BUDGET`]; 0: auto-tuned from the peak
+    /// rate).
+    ///
+    /// # Errors
+    /// [`TunableError`] out of range.
+    ///
+    /// ```
+    /// use blkmq_sched_bfq::Bfq;
+    /// let mut bfq = Bfq::new();
+    /// bfq.set_max_budget(2048).unwrap();
+    /// assert_eq!(bfq.stats().max_budget, 2048);
+    /// bfq.set_max_budget(0).unwrap(); // auto: the default until the rate is measured
+    /// assert_eq!(bfq.stats().max_budget, 16_384);
+    /// ```
+    pub fn set_max_budget(&mut self, sectors: u64) -> Result<(), TunableError> {
+        Tunables::check_max_budget(sectors)?;
+        self.tunables.max_budget = sectors;
+        Ok(())
+    }
+
+    /// Sets `fifo_expire_sync` (0 to [`MAX_EXPIRE_NS`]).
+    ///
+    /// # Errors
+    /// [`TunableError`] out of range.
+    ///
+    /// ```
+    /// use blkmq_sched_bfq::{Bfq, MAX_EXPIRE_NS};
+    /// let mut bfq = Bfq::new();
+    /// bfq.set_fifo_expire_sync(10_000_000).unwrap();
+    /// assert!(bfq.set_fifo_expire_sync(MAX_EXPIRE_NS + 1).is_err());
+    /// ```
+    pub fn set_fifo_expire_sync(&mut self, ns: u64) -> Result<(), TunableError> {
+        Tunables::check_fifo_expire_sync(ns)?;
+        self.tunables.fifo_expire_sync_ns = ns;
+        Ok(())
+    }
+
+    /// Sets `fifo_expire_async` (0 to [`MAX_EXPIRE_NS`]).
+    ///
+    /// # Errors
+    /// [`TunableError`] out of range.
+    ///
+    /// ```
+    /// use blkmq_sched_bfq::{Bfq, MAX_EXPIRE_NS};
+    /// let mut bfq = Bfq::new();
+    /// bfq.set_fifo_expire_async(500_000_000).unwrap();
+    /// assert!(bfq.set_fifo_expire_async(MAX_EXPIRE_NS + 1).is_err());
+    /// ```
+    pub fn set_fifo_expire_async(&mut self, ns: u64) -> Result<(), TunableError> {
+        Tunables::check_fifo_expire_async(ns)?;
+        self.tunables.fifo_expire_async_ns = ns;
+        Ok(())
+    }
+
+    /// Sets `back_seek_max` in KiB (0 to [`MAX_BACK_SEEK_KIB`]; 0: never seek back while a
+    /// request lies ahead).
+    ///
+    /// # Errors
+    /// [`TunableError`] out of range.
+    ///
+    /// ```
+    /// use blkmq_sched_bfq::{Bfq, MAX_BACK_SEEK_KIB};
+    /// let mut bfq = Bfq::new();
+    /// bfq.set_back_seek_max(0).unwrap();
+    /// assert!(bfq.set_back_seek_max(MAX_BACK_SEEK_KIB + 1).is_err());
+    /// ```
+    pub fn set_back_seek_max(&mut self, kib: u64) -> Result<(), TunableError> {
+        Tunables::check_back_seek_max(kib)?;
+        self.tunables.back_seek_max_kib = kib;
+        Ok(())
+    }
+
+    /// Sets `back_seek_penalty` (1 to [`MAX_BACK_SEEK_PENALTY`]).
+    ///
+    /// # Errors
+    /// [`TunableError`] out of range.
+    ///
+    /// ```
+    /// use blkmq_sched_bfq::{Bfq, TunableError};
+    /// let mut bfq = Bfq::new();
+    /// bfq.set_back_seek_penalty(1).unwrap();
+    /// let err = bfq.set_back_seek_penalty(0).unwrap_err();
+    /// assert_eq!(err, TunableError { name: "back_seek_penalty", value: 0 });
+    /// ```
+    pub fn set_back_seek_penalty(&mut self, n: u32) -> Result<(), TunableError> {
+        Tunables::check_back_seek_penalty(n)?;
+        self.tunables.back_seek_penalty = n;
+        Ok(())
+    }
+
+    /// Turns low latency (weight raising, burst detection) on or off; off ends every
+    /// raising at once.
+    ///
+    /// ```
+    /// use blkmq_sched_bfq::Bfq;
+    /// let mut bfq = Bfq::new();
+    /// bfq.set_low_latency(false);
+    /// assert!(!bfq.tunables().low_latency);
+    /// ```
+    pub fn set_low_latency(&mut self, on: bool) {
+        self.tunables.low_latency = on;
+        if !on {
+            for q in 0..self.queues.len() as u32 {
+                if self.queues[q as usize].live && self.queues[q as usize].wr_coeff > 1 {
+                    self.end_raising(q, 0);
+                }
+            }
+        }
+    }
+
+    /// Turns strict guarantees on or off: with them, every sync queue is idled for when it
+    /// empties, and nothing is injected.
+    ///
+    /// ```
+    /// use blkmq_sched_bfq::Bfq;
+    /// let mut bfq = Bfq::new();
+    /// bfq.set_strict_guarantees(true);
+    /// assert!(bfq.tunables().strict_guarantees);
+    /// ```
+    pub fn set_strict_guarantees(&mut self, on: bool) {
+        self.tunables.strict_guarantees = on;
     }
 }

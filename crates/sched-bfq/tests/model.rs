@@ -1,9 +1,9 @@
-//! Model tests of BFQ (built with feature `test-utils`):
+//! Model tests of BFQ:
 //!
 //! * no request lost or duplicated: random operation sequences — several issuers, every
 //!   class, reads and writes, merges, requeues, completions with errors, clock steps and
 //!   idle timers, tunable, group, weight and depth changes — through the checked model of
-//!   `blkmq_sched_bfq::ops` (every bio dispatched once per insertion and ended once with its
+//!   `blkmq_model::bfq` (every bio dispatched once per insertion and ended once with its
 //!   status, requests well formed, counters and tags consistent, everything drained);
 //! * long-run service proportional to the weights: always-backlogged sync issuers with
 //!   random weights (10 to 100, Linux's range of I/O priority weights, where a run of this
@@ -15,18 +15,18 @@ use arbitrary::{Arbitrary, Unstructured};
 use blkmq_core::{
     Alloc, Bio, Elevator, ElvCx, IssuerId, Op, QueueLimits, QueueTags, Status, StdPlatform, TagSet,
 };
+use blkmq_model::bfq::{self, Config};
 use blkmq_sched_bfq::Bfq;
-use blkmq_sched_bfq::ops::{self, Config};
 use proptest::prelude::*;
 use proptest::test_runner::Config as ProptestConfig;
 
 /// The ops `bytes` decode to, one after another, after a [`Config`].
-fn decode(bytes: &[u8]) -> Option<(Config, Vec<ops::Op>)> {
+fn decode(bytes: &[u8]) -> Option<(Config, Vec<bfq::Op>)> {
     let mut u = Unstructured::new(bytes);
     let config = Config::arbitrary(&mut u).ok()?;
     let mut list = Vec::new();
     while !u.is_empty() {
-        list.push(ops::Op::arbitrary(&mut u).ok()?);
+        list.push(bfq::Op::arbitrary(&mut u).ok()?);
     }
     Some((config, list))
 }
@@ -38,7 +38,7 @@ proptest! {
     #[test]
     fn no_request_is_lost_or_duplicated(bytes in proptest::collection::vec(any::<u8>(), 16..2048)) {
         if let Some((config, list)) = decode(&bytes) {
-            if let Err(failure) = ops::run(&config, &list) {
+            if let Err(failure) = bfq::run(&config, &list) {
                 return Err(TestCaseError::fail(format!("{config:?}\n{failure}")));
             }
         }

@@ -62,18 +62,12 @@
 #![forbid(unsafe_code)]
 
 extern crate alloc;
-// The model (`ops`) records bio ends under a lock; `arbitrary`'s derive names `::std` too.
-#[cfg(any(test, feature = "test-utils"))]
-extern crate std;
-
-#[cfg(feature = "test-utils")]
-pub mod ops;
 
 use alloc::vec::Vec;
 use core::fmt;
 
-use blkmq_core::sched_index::{KeyLists, SortedRequests};
 use blkmq_core::{Bio, BioFlags, Elevator, ElvCx, IoPrioClass, MergeKind, Op, Rq};
+use blkmq_sched_index::{HeldRequests, KeyLists, SortedRequests};
 
 const READ: usize = 0;
 const WRITE: usize = 1;
@@ -625,33 +619,19 @@ impl Elevator for Deadline {
             .request_merge(cx, bio, t, self.tunables.front_merges, same)
     }
 
-    fn request(&self, key: usize) -> Option<&Rq> {
-        self.sorted.request(key)
-    }
-
-    fn request_mut(&mut self, key: usize) -> Option<&mut Rq> {
-        self.sorted.request_mut(key)
-    }
-
     fn request_merged(&mut self, cx: &ElvCx<'_>, key: usize, kind: MergeKind) {
         if self.sorted.request_merged(cx, key, kind).is_some() {
             self.stats[self.info[key].class as usize].merged += 1;
         }
     }
 
-    fn next_request(&mut self, _cx: &ElvCx<'_>, key: usize, kind: MergeKind) -> Option<usize> {
-        self.sorted.next_request(key, kind)
-    }
-
-    fn take_request(&mut self, key: usize) -> Option<Rq> {
-        // Out of the sector order, but kept in the FIFO until `requests_merged` has
-        // handed its place to the survivor (or the merge fails and it is inserted again).
-        self.sorted.take_request(key)
-    }
-
     fn requests_merged(&mut self, cx: &ElvCx<'_>, into: usize, from: usize) {
         self.sorted.requests_merged(cx, into);
         self.finish_merged(into, from);
+    }
+
+    fn bio_merge(&mut self, cx: &ElvCx<'_>, bio: Bio) -> Result<(), Bio> {
+        blkmq_sched_index::bio_merge(self, cx, bio)
     }
 
     fn finish_request(&mut self, cx: &ElvCx<'_>, rq: &Rq) {
@@ -680,6 +660,26 @@ impl Elevator for Deadline {
                 self.stats[info.class as usize].in_flight -= 1;
             }
         }
+    }
+}
+
+impl HeldRequests for Deadline {
+    fn request(&self, key: usize) -> Option<&Rq> {
+        self.sorted.request(key)
+    }
+
+    fn request_mut(&mut self, key: usize) -> Option<&mut Rq> {
+        self.sorted.request_mut(key)
+    }
+
+    fn next_request(&mut self, _cx: &ElvCx<'_>, key: usize, kind: MergeKind) -> Option<usize> {
+        self.sorted.next_request(key, kind)
+    }
+
+    fn take_request(&mut self, key: usize) -> Option<Rq> {
+        // Out of the sector order, but kept in the FIFO until `requests_merged` has
+        // handed its place to the survivor (or the merge fails and it is inserted again).
+        self.sorted.take_request(key)
     }
 }
 

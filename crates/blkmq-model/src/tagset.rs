@@ -1,9 +1,9 @@
 //! Operation sequences on a tag set checked against a reference model: the test support shared
-//! by the proptest model tests and the cargo-fuzz target (feature `test-utils`).
+//! by the proptest model tests and the cargo-fuzz target.
 //!
-//! A [`Config`] says what to build — a [`TagSet`](crate::TagSet) on the deterministic
+//! A [`Config`] says what to build — a [`TagSet`](blkmq_core::TagSet) on the deterministic
 //! [`TestPlatform`], per hardware queue or with shared host tags, and up to four request
-//! queues ([`QueueTags`](crate::QueueTags)), some of them with scheduler tags. A sequence of
+//! queues ([`QueueTags`](blkmq_core::QueueTags)), some of them with scheduler tags. A sequence of
 //! [`Op`]s is then run single-threaded by [`run`] against the real tag set and a reference
 //! model — which request holds which tag of which bitmap, which queue counts as active on which
 //! map, which bios each request carries — and every documented promise is checked after every
@@ -26,7 +26,7 @@
 //!   each request shows: its tags, hardware queue, state, generation, deadline, payload (as
 //!   `init_request` made it) and bio chain;
 //! * every bio handed to a request ends exactly once, with the status the documentation says
-//!   (the completion's, or [`Status::IoErr`](crate::Status::IoErr) when a request is freed or
+//!   (the completion's, or [`Status::IoErr`](blkmq_core::Status::IoErr) when a request is freed or
 //!   reset with bios on it), front to back; a merge refused for want of bio slots hands the bio
 //!   back;
 //! * an asynchronous allocation that waits is woken (with a counting waker) within one wake
@@ -39,7 +39,7 @@
 //! rejected, so any input a fuzzer makes up is a valid test.
 //!
 //! ```
-//! use blkmq_core::ops::{run, AllocKind, Config, Op};
+//! use blkmq_model::tagset::{run, AllocKind, Config, Op};
 //!
 //! let config = Config {
 //!     depth: 7,
@@ -64,21 +64,10 @@ use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use arbitrary::Arbitrary;
 
-use crate::platform::Platform;
+use blkmq_core::Platform;
 
-/// Returns `Err(message)` from the enclosing function unless `cond` holds.
-macro_rules! ensure {
-    ($cond:expr, $($msg:tt)+) => {
-        if !$cond {
-            return Err(alloc::format!($($msg)+));
-        }
-    };
-}
-
-mod bios;
-pub mod elv;
+pub(crate) mod bios;
 mod model;
-pub mod queue;
 mod runner;
 mod verify;
 
@@ -106,10 +95,10 @@ pub struct Config {
     pub reserved: u8,
     /// Hardware queues: `1 + hw_queues % MAX_MODEL_HW_QUEUES`.
     pub hw_queues: u8,
-    /// [`TagSetFlags::SHARED_HOST_TAGS`](crate::TagSetFlags::SHARED_HOST_TAGS): one map for
+    /// [`TagSetFlags::SHARED_HOST_TAGS`](blkmq_core::TagSetFlags::SHARED_HOST_TAGS): one map for
     /// every hardware queue.
     pub shared_tags: bool,
-    /// [`TagSetFlags::ROUND_ROBIN`](crate::TagSetFlags::ROUND_ROBIN).
+    /// [`TagSetFlags::ROUND_ROBIN`](blkmq_core::TagSetFlags::ROUND_ROBIN).
     pub round_robin: bool,
     /// Request queue slots, each attached at the start: `1 + queues % MAX_MODEL_QUEUES`.
     pub queues: u8,
@@ -151,7 +140,7 @@ pub struct BioSpec {
 }
 
 /// What [`Op::Foreign`] tries with another queue's request token, or a stale one: each must
-/// fail with [`TagError::ForeignRequest`](crate::TagError::ForeignRequest) and change nothing.
+/// fail with [`TagError::ForeignRequest`](blkmq_core::TagError::ForeignRequest) and change nothing.
 #[derive(Arbitrary, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ForeignCall {
     /// `request`.
@@ -189,7 +178,7 @@ pub enum ForeignCall {
 /// queues.
 #[derive(Arbitrary, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HctxCall {
-    /// `alloc`: [`TagError::NoSuchHwQueue`](crate::TagError::NoSuchHwQueue).
+    /// `alloc`: [`TagError::NoSuchHwQueue`](blkmq_core::TagError::NoSuchHwQueue).
     Alloc,
     /// `alloc_batch`: the same error, nothing allocated.
     AllocBatch,
@@ -212,7 +201,7 @@ pub enum HctxCall {
 /// act on (an empty slot, no request) does nothing.
 #[derive(Arbitrary, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Op {
-    /// A NOWAIT allocation ([`QueueTags::alloc`](crate::QueueTags::alloc)).
+    /// A NOWAIT allocation ([`QueueTags::alloc`](blkmq_core::QueueTags::alloc)).
     Alloc {
         /// Which queue.
         queue: u8,
@@ -223,7 +212,7 @@ pub enum Op {
         /// What to allocate.
         kind: AllocKind,
     },
-    /// [`QueueTags::alloc_batch`](crate::QueueTags::alloc_batch) of `nr % 10` requests.
+    /// [`QueueTags::alloc_batch`](blkmq_core::QueueTags::alloc_batch) of `nr % 10` requests.
     AllocBatch {
         /// Which queue.
         queue: u8,
@@ -236,7 +225,7 @@ pub enum Op {
         /// How many, before reduction.
         nr: u8,
     },
-    /// [`QueueTags::alloc_async`](crate::QueueTags::alloc_async), polled once; while it is
+    /// [`QueueTags::alloc_async`](blkmq_core::QueueTags::alloc_async), polled once; while it is
     /// pending, up to `frees % (MAX_ASYNC_FREES + 1)` held requests (those on the bitmap it
     /// waits on first) are freed, each followed by a poll, then the queue slot `idle` (if
     /// given) is marked idle and it is polled again; still pending, it is dropped.
@@ -258,12 +247,12 @@ pub enum Op {
         /// A queue slot to mark idle after the frees.
         idle: Option<u8>,
     },
-    /// [`QueueTags::free`](crate::QueueTags::free) of the `index`-th request.
+    /// [`QueueTags::free`](blkmq_core::QueueTags::free) of the `index`-th request.
     Free {
         /// Which request.
         index: u16,
     },
-    /// [`QueueTags::complete`](crate::QueueTags::complete) of the `index`-th request with
+    /// [`QueueTags::complete`](blkmq_core::QueueTags::complete) of the `index`-th request with
     /// status `status % 12`.
     Complete {
         /// Which request.
@@ -271,27 +260,27 @@ pub enum Op {
         /// Which status, before reduction.
         status: u8,
     },
-    /// [`QueueTags::get_driver_tag`](crate::QueueTags::get_driver_tag).
+    /// [`QueueTags::get_driver_tag`](blkmq_core::QueueTags::get_driver_tag).
     GetDriverTag {
         /// Which request.
         index: u16,
     },
-    /// [`QueueTags::put_driver_tag`](crate::QueueTags::put_driver_tag).
+    /// [`QueueTags::put_driver_tag`](blkmq_core::QueueTags::put_driver_tag).
     PutDriverTag {
         /// Which request.
         index: u16,
     },
-    /// [`QueueTags::start`](crate::QueueTags::start) at the run's clock.
+    /// [`QueueTags::start`](blkmq_core::QueueTags::start) at the run's clock.
     Start {
         /// Which request.
         index: u16,
     },
-    /// [`QueueTags::requeue`](crate::QueueTags::requeue).
+    /// [`QueueTags::requeue`](blkmq_core::QueueTags::requeue).
     Requeue {
         /// Which request.
         index: u16,
     },
-    /// [`Request::try_complete`](crate::Request::try_complete) with the request's generation,
+    /// [`Request::try_complete`](blkmq_core::Request::try_complete) with the request's generation,
     /// or with a stale one.
     TryComplete {
         /// Which request.
@@ -299,28 +288,28 @@ pub enum Op {
         /// Pass the previous generation instead (it must lose).
         stale: bool,
     },
-    /// [`QueueTags::set_bio`](crate::QueueTags::set_bio).
+    /// [`QueueTags::set_bio`](blkmq_core::QueueTags::set_bio).
     SetBio {
         /// Which request.
         index: u16,
         /// The bio.
         bio: BioSpec,
     },
-    /// [`QueueTags::append_bio`](crate::QueueTags::append_bio).
+    /// [`QueueTags::append_bio`](blkmq_core::QueueTags::append_bio).
     AppendBio {
         /// Which request.
         index: u16,
         /// The bio.
         bio: BioSpec,
     },
-    /// [`QueueTags::prepend_bio`](crate::QueueTags::prepend_bio).
+    /// [`QueueTags::prepend_bio`](blkmq_core::QueueTags::prepend_bio).
     PrependBio {
         /// Which request.
         index: u16,
         /// The bio.
         bio: BioSpec,
     },
-    /// [`QueueTags::merge_requests`](crate::QueueTags::merge_requests) of two requests of one
+    /// [`QueueTags::merge_requests`](blkmq_core::QueueTags::merge_requests) of two requests of one
     /// queue: `into` picks the first, `from` one of its queue's others.
     MergeRequests {
         /// Which request receives.
@@ -328,20 +317,20 @@ pub enum Op {
         /// Which of the same queue's other requests gives.
         from: u16,
     },
-    /// [`QueueTags::mark_idle`](crate::QueueTags::mark_idle).
+    /// [`QueueTags::mark_idle`](blkmq_core::QueueTags::mark_idle).
     MarkIdle {
         /// Which queue.
         queue: u8,
         /// Which hardware queue.
         hctx: u8,
     },
-    /// [`TagSet::update_depth`](crate::TagSet::update_depth) to `depth % (depth + 2)` (so 0
+    /// [`TagSet::update_depth`](blkmq_core::TagSet::update_depth) to `depth % (depth + 2)` (so 0
     /// and one above the initial depth are tried too).
     UpdateDepth {
         /// The new depth, before reduction.
         depth: u8,
     },
-    /// [`QueueTags::attach_scheduler`](crate::QueueTags::attach_scheduler) with
+    /// [`QueueTags::attach_scheduler`](blkmq_core::QueueTags::attach_scheduler) with
     /// `nr % (reserved + 20)` requests, or the default.
     AttachScheduler {
         /// Which queue.
@@ -349,12 +338,12 @@ pub enum Op {
         /// `nr_requests`, before reduction.
         nr_requests: Option<u8>,
     },
-    /// [`QueueTags::detach_scheduler`](crate::QueueTags::detach_scheduler).
+    /// [`QueueTags::detach_scheduler`](blkmq_core::QueueTags::detach_scheduler).
     DetachScheduler {
         /// Which queue.
         queue: u8,
     },
-    /// [`QueueTags::set_nr_requests`](crate::QueueTags::set_nr_requests) to
+    /// [`QueueTags::set_nr_requests`](blkmq_core::QueueTags::set_nr_requests) to
     /// `nr % (initial nr_requests + 2)` (or anything, without scheduler tags).
     SetNrRequests {
         /// Which queue.
@@ -362,7 +351,7 @@ pub enum Op {
         /// The new `nr_requests`, before reduction.
         nr_requests: u8,
     },
-    /// [`QueueTags::set_min_shallow_depth`](crate::QueueTags::set_min_shallow_depth) to
+    /// [`QueueTags::set_min_shallow_depth`](blkmq_core::QueueTags::set_min_shallow_depth) to
     /// `depth % (normal scheduler depth + 2)`.
     SetMinShallowDepth {
         /// Which queue.
@@ -370,7 +359,7 @@ pub enum Op {
         /// The new minimum, before reduction.
         depth: u8,
     },
-    /// [`TagSet::attach`](crate::TagSet::attach) into an empty slot (without scheduler tags).
+    /// [`TagSet::attach`](blkmq_core::TagSet::attach) into an empty slot (without scheduler tags).
     Attach {
         /// Which slot.
         queue: u8,
@@ -380,7 +369,7 @@ pub enum Op {
         /// Which slot.
         queue: u8,
     },
-    /// [`QueueTags::tag_to_rq`](crate::QueueTags::tag_to_rq) of `hctx % (hw_queues + 1)` and
+    /// [`QueueTags::tag_to_rq`](blkmq_core::QueueTags::tag_to_rq) of `hctx % (hw_queues + 1)` and
     /// `tag % (depth + 2)`.
     TagToRq {
         /// Which queue.
@@ -390,7 +379,7 @@ pub enum Op {
         /// The tag, before reduction.
         tag: u8,
     },
-    /// Busy iteration: of the set ([`TagSet::for_each_busy`](crate::TagSet::for_each_busy))
+    /// Busy iteration: of the set ([`TagSet::for_each_busy`](blkmq_core::TagSet::for_each_busy))
     /// without `queue` (`hctx` is then unused), else of that queue on `hctx % (hw_queues + 1)`
     /// or on all; stopping
     /// after `1 + stop_after % (busy + 2)` requests.
@@ -529,7 +518,7 @@ impl core::error::Error for Failure {}
 /// clock that moves only when told to, kicks counted. It uses nothing of `std`.
 ///
 /// ```
-/// use blkmq_core::ops::TestPlatform;
+/// use blkmq_model::tagset::TestPlatform;
 /// use blkmq_core::Platform;
 ///
 /// let platform = TestPlatform::new(2);

@@ -1,7 +1,7 @@
 //! Operation sequences on a [`Host`] and its [`RequestQueue`]s: submission (direct and
 //! plugged), completion, requeue, a driver that pushes back, budget, quiesce, stop, freeze,
-//! deactivation, timeouts and elevator switches, checked after every op (feature
-//! `test-utils`, shared by the corpus replay and the cargo-fuzz target `queue_ops`).
+//! deactivation, timeouts and elevator switches, checked after every op (shared
+//! by the corpus replay and the cargo-fuzz target `queue_ops`).
 //!
 //! A [`Config`] says what to build: a host of 1 to 4 hardware queues, per-queue or shared host
 //! tags of depth 1 to 16, one or two request queues with the same [`QueueLimits`] (each with
@@ -50,7 +50,7 @@
 //! valid test: a panic or a [`Failure`] is a bug.
 //!
 //! ```
-//! use blkmq_core::ops::queue::{BioSpec, Config, LimitsSpec, Op, Place, run};
+//! use blkmq_model::queue::{BioSpec, Config, LimitsSpec, Op, Place, run};
 //!
 //! let config = Config {
 //!     hw_queues: 1,
@@ -100,15 +100,15 @@ use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering
 use arbitrary::Arbitrary;
 use spin::mutex::SpinMutex;
 
-use crate::bio::{Bio, BioFlags, IoPrio, IoPrioClass, Op as BioOp, Status};
-use crate::driver::{Driver, HctxCx, Rejected, RqBatch, TimeoutAction};
-use crate::elevator::{Elevator, ElvCx};
-use crate::limits::{MergeKind, QueueLimits};
-use crate::platform::Platform;
-use crate::queue::{Host, PLUG_MAX_MULTI, Plug, QueueConfig, RequestQueue};
-use crate::request::{Request, Rq, RqState};
-use crate::tags::RequestInit;
-use crate::tagset::{TagSet, TagSetFlags};
+use blkmq_core::Platform;
+use blkmq_core::RequestInit;
+use blkmq_core::{Bio, BioFlags, IoPrio, IoPrioClass, Op as BioOp, Status};
+use blkmq_core::{Driver, HctxCx, Rejected, RqBatch, TimeoutAction};
+use blkmq_core::{Elevator, ElvCx};
+use blkmq_core::{Host, PLUG_MAX_MULTI, Plug, QueueConfig, RequestQueue};
+use blkmq_core::{MergeKind, QueueLimits};
+use blkmq_core::{Request, Rq, RqState};
+use blkmq_core::{TagSet, TagSetFlags};
 
 /// The most hardware queues [`run`] builds.
 pub const MAX_HW_QUEUES: usize = 4;
@@ -862,6 +862,37 @@ impl Elevator for Fifo {
         })
     }
 
+    fn bio_merge(&mut self, cx: &ElvCx<'_>, bio: Bio) -> Result<(), Bio> {
+        // Linux's sequence, as the schedulers run it: a bio merge, then the request with
+        // its neighbour.
+        let Some((key, kind)) = self.request_merge(cx, &bio) else {
+            return Err(bio);
+        };
+        let allowed = match self.request(key).map(|rq| cx.io(rq)) {
+            Some(Ok(io)) => self.allow_merge(io, &bio),
+            _ => false,
+        };
+        if !allowed {
+            return Err(bio);
+        }
+        let Some(rq) = self.request_mut(key) else {
+            return Err(bio);
+        };
+        cx.merge_bio(rq, bio)?;
+        self.request_merged(cx, key, kind);
+        if let Some(other) = self.next_request(cx, key, kind) {
+            let (into, from) = match kind {
+                MergeKind::Back => (key, other),
+                MergeKind::Front => (other, key),
+            };
+            self.merge_held(cx, into, from);
+        }
+        Ok(())
+    }
+}
+
+/// The storage the merge sequence of [`Fifo::bio_merge`] reads.
+impl Fifo {
     fn request(&self, key: usize) -> Option<&Rq> {
         self.rqs.get(self.position(key)?).map(|(_, _, rq)| rq)
     }
@@ -887,6 +918,29 @@ impl Elevator for Fifo {
     fn take_request(&mut self, key: usize) -> Option<Rq> {
         let at = self.position(key)?;
         self.remove(at)
+    }
+
+    /// Appends held request `from` to held request `into` when the queue's rules allow;
+    /// `from` goes back if the merge fails after all.
+    fn merge_held(&mut self, cx: &ElvCx<'_>, into: usize, from: usize) {
+        let fits = match (self.request(into), self.request(from)) {
+            (Some(a), Some(b)) => cx.can_append(a, b),
+            _ => false,
+        };
+        if !fits {
+            return;
+        }
+        let Some(from_rq) = self.take_request(from) else {
+            return;
+        };
+        let back = match self.request_mut(into) {
+            Some(into_rq) => cx.merge_requests(into_rq, from_rq).err(),
+            None => Some(from_rq),
+        };
+        match back {
+            None => self.requests_merged(cx, into, from),
+            Some(rq) => self.insert_request(cx, rq, false),
+        }
     }
 }
 

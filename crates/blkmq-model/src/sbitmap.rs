@@ -1,7 +1,7 @@
 //! Operation sequences checked against a reference model: the test support shared by the
-//! proptest model tests and the cargo-fuzz target (feature `test-utils`).
+//! proptest model tests and the cargo-fuzz target.
 //!
-//! A [`Config`] says what to build (an [`Sbitmap`], or an [`SbitmapQueue`](crate::SbitmapQueue) with waiters); a
+//! A [`Config`] says what to build (an [`Sbitmap`], or an [`SbitmapQueue`](blkmq_sbitmap::SbitmapQueue) with waiters); a
 //! sequence of [`Op`]s is then run single-threaded by [`run`] against the real bitmap and a
 //! reference model — the set of bits the caller holds — and every documented promise is
 //! checked after every step:
@@ -24,7 +24,7 @@
 //! rejected, so any input a fuzzer makes up is a valid test.
 //!
 //! ```
-//! use blkmq_sbitmap::ops::{run, Config, Op};
+//! use blkmq_model::sbitmap::{run, Config, Op};
 //!
 //! let config = Config { depth: 8, shift: None, round_robin: false, queue: None };
 //! let ops = [Op::Get { hint: 0 }, Op::Get { hint: 1 }, Op::Put { index: 0, hint: 0 }];
@@ -36,20 +36,11 @@ use alloc::string::String;
 
 use arbitrary::Arbitrary;
 
-use crate::{AllocHint, Sbitmap, SbitmapBuilder, SbitmapError};
+use blkmq_sbitmap::{AllocHint, Sbitmap, SbitmapBuilder, SbitmapError};
 
 use self::runner::Runner;
 use self::waiting::Waiting;
 pub use self::waiting::WakeCount;
-
-/// Returns `Err(message)` from the enclosing function unless `cond` holds.
-macro_rules! ensure {
-    ($cond:expr, $($msg:tt)+) => {
-        if !$cond {
-            return Err(format!($($msg)+));
-        }
-    };
-}
 
 mod model;
 mod runner;
@@ -76,7 +67,7 @@ pub struct Config {
     pub shift: Option<u8>,
     /// Strict round-robin allocation.
     pub round_robin: bool,
-    /// Build an [`SbitmapQueue`](crate::SbitmapQueue) (and allow waiters) instead of a bare [`Sbitmap`].
+    /// Build an [`SbitmapQueue`](blkmq_sbitmap::SbitmapQueue) (and allow waiters) instead of a bare [`Sbitmap`].
     pub queue: Option<QueueConfig>,
 }
 
@@ -194,7 +185,7 @@ pub enum Op {
     },
     /// [`Sbitmap::dump`] must render and agree with the model.
     Dump,
-    /// A queue's [`Waiter`](crate::Waiter) (shallow when `shallow` is set, reduced to `1..=capacity + 1`),
+    /// A queue's [`Waiter`](blkmq_sbitmap::Waiter) (shallow when `shallow` is set, reduced to `1..=capacity + 1`),
     /// polled once; kept while pending. On a bare map: a get (or shallow get).
     Wait {
         /// Which waiter hint.
@@ -214,9 +205,9 @@ pub enum Op {
         /// Which waiter.
         index: u8,
     },
-    /// [`SbitmapQueue::wake_all`](crate::SbitmapQueue::wake_all).
+    /// [`SbitmapQueue::wake_all`](blkmq_sbitmap::SbitmapQueue::wake_all).
     WakeAll,
-    /// [`SbitmapQueue::recalculate_wake_batch`](crate::SbitmapQueue::recalculate_wake_batch).
+    /// [`SbitmapQueue::recalculate_wake_batch`](blkmq_sbitmap::SbitmapQueue::recalculate_wake_batch).
     RecalculateWakeBatch {
         /// The number of users.
         users: u8,
@@ -336,7 +327,7 @@ fn check_build(
 /// Builds a map the same way [`run`] does, for callers that want to poke at one directly.
 ///
 /// ```
-/// use blkmq_sbitmap::ops::{builder, Config};
+/// use blkmq_model::sbitmap::{builder, Config};
 ///
 /// let config = Config { depth: 40, shift: Some(3), round_robin: true, queue: None };
 /// let map = builder(&config).build().unwrap();

@@ -1,5 +1,5 @@
 //! The request queue's side of an elevator, for operation-sequence models of schedulers
-//! (`blkmq_sched_deadline::ops`, `blkmq_sched_bfq::ops`): what a [`Harness`] does around
+//! ([`deadline`](crate::deadline), [`bfq`](crate::bfq)): what a [`Harness`] does around
 //! the elevator under test, which the scheduler's own model drives.
 //!
 //! A [`Config`] says what to build: a tag set of one or two hardware queues (each with its
@@ -31,7 +31,7 @@
 //! than rejected, so any input a fuzzer makes up is valid.
 //!
 //! ```
-//! use blkmq_core::ops::elv::{BioSpec, Config, Harness, LimitsSpec, Place};
+//! use blkmq_model::elv::{BioSpec, Config, Harness, LimitsSpec, Place};
 //! use blkmq_core::{IssuerId, Status};
 //!
 //! let config = Config {
@@ -62,9 +62,9 @@ use core::fmt;
 
 use arbitrary::Arbitrary;
 
-use super::TestPlatform;
-use super::bios::EndLog;
-use crate::{
+use crate::tagset::TestPlatform;
+use crate::tagset::bios::EndLog;
+use blkmq_core::{
     Alloc, Bio, BioFlags, Elevator, ElvCx, IoPrio, IoPrioClass, IssuerId, Op as BioOp, QueueLimits,
     QueueTags, Rq, Status, TagError, TagSet, TagSetFlags,
 };
@@ -185,7 +185,7 @@ pub enum Stage<O> {
 /// A broken promise: where, and what was expected against what happened.
 ///
 /// ```
-/// use blkmq_core::ops::elv::{Failure, Stage};
+/// use blkmq_model::elv::{Failure, Stage};
 ///
 /// let failure = Failure { stage: Stage::Op { index: 3, op: 'x' }, message: "lost".into() };
 /// assert_eq!(failure.to_string(), "op #3 'x': lost");
@@ -213,7 +213,7 @@ impl<O: fmt::Debug> core::error::Error for Failure<O> {}
 /// A scheduler's model: it steps through ops, checking after each, and drains at the end.
 ///
 /// ```
-/// use blkmq_core::ops::elv::{Model, Stage, run_model};
+/// use blkmq_model::elv::{Model, Stage, run_model};
 ///
 /// /// Counts up; an op of 0 breaks it.
 /// struct Count(u32);
@@ -253,7 +253,7 @@ pub trait Model {
 /// The first broken promise, and where.
 ///
 /// ```
-/// use blkmq_core::ops::elv::{Model, Stage, run_model};
+/// use blkmq_model::elv::{Model, Stage, run_model};
 ///
 /// struct Never;
 /// impl Model for Never {
@@ -295,7 +295,7 @@ pub enum BioState {
 /// What the harness knows of one bio handed over.
 ///
 /// ```
-/// # use blkmq_core::ops::elv::{BioSpec, BioState, Config, Harness, LimitsSpec, Place};
+/// # use blkmq_model::elv::{BioSpec, BioState, Config, Harness, LimitsSpec, Place};
 /// # use blkmq_core::IssuerId;
 /// # let limits = LimitsSpec { max_sectors: 7, chunk: None, discard: None, write_zeroes: None };
 /// # let config = Config { hw_queues: 0, shared_tags: false, nr_requests: 3, limits };
@@ -333,7 +333,7 @@ pub struct BioRec {
 /// A bio about to be made: everything but its identity.
 ///
 /// ```
-/// # use blkmq_core::ops::elv::{BioSpec, Config, Harness, LimitsSpec, Place};
+/// # use blkmq_model::elv::{BioSpec, Config, Harness, LimitsSpec, Place};
 /// # use blkmq_core::{IssuerId, Op};
 /// # let limits = LimitsSpec { max_sectors: 1, chunk: None, discard: None, write_zeroes: None };
 /// # let config = Config { hw_queues: 0, shared_tags: false, nr_requests: 3, limits };
@@ -362,7 +362,7 @@ pub struct Shape {
 /// A request dispatched and not yet completed or requeued.
 ///
 /// ```
-/// # use blkmq_core::ops::elv::{BioSpec, Config, Harness, LimitsSpec, Place};
+/// # use blkmq_model::elv::{BioSpec, Config, Harness, LimitsSpec, Place};
 /// # use blkmq_core::IssuerId;
 /// # let limits = LimitsSpec { max_sectors: 7, chunk: None, discard: None, write_zeroes: None };
 /// # let config = Config { hw_queues: 0, shared_tags: false, nr_requests: 3, limits };
@@ -464,7 +464,7 @@ impl Harness {
     /// A message when the tags cannot be built (a bug: every config is valid).
     ///
     /// ```
-    /// use blkmq_core::ops::elv::{Config, Harness, LimitsSpec};
+    /// use blkmq_model::elv::{Config, Harness, LimitsSpec};
     ///
     /// let limits = LimitsSpec { max_sectors: 0, chunk: Some(1), discard: Some(0), write_zeroes: None };
     /// let config = Config { hw_queues: 1, shared_tags: true, nr_requests: 33, limits };
@@ -518,7 +518,7 @@ impl Harness {
     /// A context for an elevator call, at the harness's clock.
     ///
     /// ```
-    /// # use blkmq_core::ops::elv::{Config, Harness, LimitsSpec};
+    /// # use blkmq_model::elv::{Config, Harness, LimitsSpec};
     /// # let limits = LimitsSpec { max_sectors: 0, chunk: None, discard: None, write_zeroes: None };
     /// # let config = Config { hw_queues: 0, shared_tags: false, nr_requests: 3, limits };
     /// let mut h = Harness::build(&config).unwrap();
@@ -532,7 +532,7 @@ impl Harness {
     /// Every bio handed over, by sequence number.
     ///
     /// ```
-    /// # use blkmq_core::ops::elv::{Config, Harness, LimitsSpec};
+    /// # use blkmq_model::elv::{Config, Harness, LimitsSpec};
     /// # let limits = LimitsSpec { max_sectors: 0, chunk: None, discard: None, write_zeroes: None };
     /// # let config = Config { hw_queues: 0, shared_tags: false, nr_requests: 3, limits };
     /// assert!(Harness::build(&config).unwrap().records().is_empty());
@@ -544,7 +544,7 @@ impl Harness {
     /// The requests in flight, in the order they were dispatched.
     ///
     /// ```
-    /// # use blkmq_core::ops::elv::{Config, Harness, LimitsSpec};
+    /// # use blkmq_model::elv::{Config, Harness, LimitsSpec};
     /// # let limits = LimitsSpec { max_sectors: 0, chunk: None, discard: None, write_zeroes: None };
     /// # let config = Config { hw_queues: 0, shared_tags: false, nr_requests: 3, limits };
     /// assert!(Harness::build(&config).unwrap().in_flight().is_empty());
@@ -556,7 +556,7 @@ impl Harness {
     /// Whether some bio handed over is queued in the elevator.
     ///
     /// ```
-    /// # use blkmq_core::ops::elv::{Config, Harness, LimitsSpec};
+    /// # use blkmq_model::elv::{Config, Harness, LimitsSpec};
     /// # let limits = LimitsSpec { max_sectors: 0, chunk: None, discard: None, write_zeroes: None };
     /// # let config = Config { hw_queues: 0, shared_tags: false, nr_requests: 3, limits };
     /// assert!(!Harness::build(&config).unwrap().any_queued());
@@ -571,7 +571,7 @@ impl Harness {
     /// hold from its start), and moved to sector 0 should it run past the device's end.
     ///
     /// ```
-    /// # use blkmq_core::ops::elv::{Config, Harness, LimitsSpec, Shape};
+    /// # use blkmq_model::elv::{Config, Harness, LimitsSpec, Shape};
     /// # use blkmq_core::{IoPrio, IssuerId, Op};
     /// # let limits = LimitsSpec { max_sectors: 0, chunk: Some(0), discard: None, write_zeroes: None };
     /// # let config = Config { hw_queues: 0, shared_tags: false, nr_requests: 3, limits };
@@ -594,7 +594,7 @@ impl Harness {
     /// The bio `spec` describes, issued by `issuer` (unless its place takes another bio's).
     ///
     /// ```
-    /// # use blkmq_core::ops::elv::{BioSpec, Config, Harness, LimitsSpec, Place};
+    /// # use blkmq_model::elv::{BioSpec, Config, Harness, LimitsSpec, Place};
     /// # use blkmq_core::IssuerId;
     /// # let limits = LimitsSpec { max_sectors: 7, chunk: None, discard: None, write_zeroes: None };
     /// # let config = Config { hw_queues: 0, shared_tags: false, nr_requests: 3, limits };
@@ -695,7 +695,7 @@ impl Harness {
     /// records its end for [`settle`](Self::settle).
     ///
     /// ```
-    /// # use blkmq_core::ops::elv::{BioSpec, Config, Harness, LimitsSpec, Place};
+    /// # use blkmq_model::elv::{BioSpec, Config, Harness, LimitsSpec, Place};
     /// # use blkmq_core::IssuerId;
     /// # let limits = LimitsSpec { max_sectors: 7, chunk: None, discard: None, write_zeroes: None };
     /// # let config = Config { hw_queues: 0, shared_tags: false, nr_requests: 3, limits };
@@ -723,7 +723,7 @@ impl Harness {
     /// The elevator now holds `bio` (`seq`), queued.
     ///
     /// ```
-    /// # use blkmq_core::ops::elv::{BioSpec, BioState, Config, Harness, LimitsSpec, Place};
+    /// # use blkmq_model::elv::{BioSpec, BioState, Config, Harness, LimitsSpec, Place};
     /// # use blkmq_core::IssuerId;
     /// # let limits = LimitsSpec { max_sectors: 7, chunk: None, discard: None, write_zeroes: None };
     /// # let config = Config { hw_queues: 0, shared_tags: false, nr_requests: 3, limits };
@@ -759,7 +759,7 @@ impl Harness {
     /// When `back` differs from `sent`.
     ///
     /// ```
-    /// # use blkmq_core::ops::elv::{BioSpec, Config, Harness, LimitsSpec, Place};
+    /// # use blkmq_model::elv::{BioSpec, Config, Harness, LimitsSpec, Place};
     /// # use blkmq_core::IssuerId;
     /// # let limits = LimitsSpec { max_sectors: 7, chunk: None, discard: None, write_zeroes: None };
     /// # let config = Config { hw_queues: 0, shared_tags: false, nr_requests: 3, limits };
@@ -796,7 +796,7 @@ impl Harness {
     /// When the allocation fails for another reason than a full map.
     ///
     /// ```
-    /// # use blkmq_core::ops::elv::{BioSpec, Config, Harness, LimitsSpec, Place};
+    /// # use blkmq_model::elv::{BioSpec, Config, Harness, LimitsSpec, Place};
     /// # use blkmq_core::IssuerId;
     /// # let limits = LimitsSpec { max_sectors: 7, chunk: None, discard: None, write_zeroes: None };
     /// # let config = Config { hw_queues: 0, shared_tags: false, nr_requests: 0, limits };
@@ -838,7 +838,7 @@ impl Harness {
     /// The first thing about the request that the record contradicts.
     ///
     /// ```
-    /// # use blkmq_core::ops::elv::{BioSpec, Config, Harness, LimitsSpec, Place};
+    /// # use blkmq_model::elv::{BioSpec, Config, Harness, LimitsSpec, Place};
     /// # use blkmq_core::IssuerId;
     /// # let limits = LimitsSpec { max_sectors: 7, chunk: None, discard: None, write_zeroes: None };
     /// # let config = Config { hw_queues: 0, shared_tags: false, nr_requests: 3, limits };
@@ -957,7 +957,7 @@ impl Harness {
     /// When `index` is not below the number in flight.
     ///
     /// ```
-    /// # use blkmq_core::ops::elv::{BioSpec, Config, Harness, LimitsSpec, Place};
+    /// # use blkmq_model::elv::{BioSpec, Config, Harness, LimitsSpec, Place};
     /// # use blkmq_core::IssuerId;
     /// # let limits = LimitsSpec { max_sectors: 7, chunk: None, discard: None, write_zeroes: None };
     /// # let config = Config { hw_queues: 0, shared_tags: false, nr_requests: 3, limits };
@@ -981,7 +981,7 @@ impl Harness {
     /// When the tags refuse the completion.
     ///
     /// ```
-    /// # use blkmq_core::ops::elv::{BioSpec, BioState, Config, Harness, LimitsSpec, Place};
+    /// # use blkmq_model::elv::{BioSpec, BioState, Config, Harness, LimitsSpec, Place};
     /// # use blkmq_core::{IssuerId, Status};
     /// # let limits = LimitsSpec { max_sectors: 7, chunk: None, discard: None, write_zeroes: None };
     /// # let config = Config { hw_queues: 0, shared_tags: false, nr_requests: 3, limits };
@@ -1014,7 +1014,7 @@ impl Harness {
     /// all at the head). None when nothing is in flight.
     ///
     /// ```
-    /// # use blkmq_core::ops::elv::{BioSpec, BioState, Config, Harness, LimitsSpec, Place};
+    /// # use blkmq_model::elv::{BioSpec, BioState, Config, Harness, LimitsSpec, Place};
     /// # use blkmq_core::IssuerId;
     /// # let limits = LimitsSpec { max_sectors: 7, chunk: None, discard: None, write_zeroes: None };
     /// # let config = Config { hw_queues: 0, shared_tags: false, nr_requests: 3, limits };
@@ -1063,7 +1063,7 @@ impl Harness {
     /// When the tags accept a depth out of range or refuse one within it.
     ///
     /// ```
-    /// # use blkmq_core::ops::elv::{Config, Harness, LimitsSpec};
+    /// # use blkmq_model::elv::{Config, Harness, LimitsSpec};
     /// # let limits = LimitsSpec { max_sectors: 0, chunk: None, discard: None, write_zeroes: None };
     /// let config = Config { hw_queues: 0, shared_tags: false, nr_requests: 3, limits };
     /// let mut h = Harness::build(&config).unwrap(); // 4 made
@@ -1101,7 +1101,7 @@ impl Harness {
     /// When they differ.
     ///
     /// ```
-    /// # use blkmq_core::ops::elv::{Config, Harness, LimitsSpec};
+    /// # use blkmq_model::elv::{Config, Harness, LimitsSpec};
     /// # let limits = LimitsSpec { max_sectors: 0, chunk: None, discard: None, write_zeroes: None };
     /// # let config = Config { hw_queues: 0, shared_tags: false, nr_requests: 3, limits };
     /// Harness::build(&config).unwrap().settle().unwrap(); // nothing ended, nothing expected
@@ -1123,7 +1123,7 @@ impl Harness {
     /// When they differ.
     ///
     /// ```
-    /// # use blkmq_core::ops::elv::{Config, Harness, LimitsSpec};
+    /// # use blkmq_model::elv::{Config, Harness, LimitsSpec};
     /// # let limits = LimitsSpec { max_sectors: 0, chunk: None, discard: None, write_zeroes: None };
     /// # let config = Config { hw_queues: 0, shared_tags: false, nr_requests: 3, limits };
     /// let h = Harness::build(&config).unwrap();
@@ -1147,7 +1147,7 @@ impl Harness {
     /// The first thing left behind.
     ///
     /// ```
-    /// # use blkmq_core::ops::elv::{BioSpec, Config, Harness, LimitsSpec, Place};
+    /// # use blkmq_model::elv::{BioSpec, Config, Harness, LimitsSpec, Place};
     /// # use blkmq_core::IssuerId;
     /// # let limits = LimitsSpec { max_sectors: 7, chunk: None, discard: None, write_zeroes: None };
     /// # let config = Config { hw_queues: 0, shared_tags: false, nr_requests: 3, limits };
@@ -1189,7 +1189,7 @@ const MAX_DRAIN_ROUNDS: usize = 10_000;
 ///
 /// ```
 /// use std::collections::VecDeque;
-/// use blkmq_core::ops::elv::{self, BioSpec, Config, ElvModel, Harness, LimitsSpec, Place};
+/// use blkmq_model::elv::{self, BioSpec, Config, ElvModel, Harness, LimitsSpec, Place};
 /// use blkmq_core::{Bio, ElvCx, Elevator, IoPrio, IssuerId, Rq};
 ///
 /// /// Dispatches in insertion order.
@@ -1289,7 +1289,7 @@ pub trait ElvModel {
 ///
 /// ```
 /// # use std::collections::VecDeque;
-/// # use blkmq_core::ops::elv::{self, BioSpec, Config, ElvModel, Harness, LimitsSpec, Place};
+/// # use blkmq_model::elv::{self, BioSpec, Config, ElvModel, Harness, LimitsSpec, Place};
 /// # use blkmq_core::{Bio, ElvCx, Elevator, IoPrio, IssuerId, Rq};
 /// # #[derive(Default)]
 /// # struct Fifo(VecDeque<Rq>);
@@ -1370,7 +1370,7 @@ pub fn insert<M: ElvModel>(
 ///
 /// ```
 /// # use std::collections::VecDeque;
-/// # use blkmq_core::ops::elv::{self, BioSpec, Config, ElvModel, Harness, LimitsSpec, Place};
+/// # use blkmq_model::elv::{self, BioSpec, Config, ElvModel, Harness, LimitsSpec, Place};
 /// # use blkmq_core::{Bio, ElvCx, Elevator, IoPrio, IssuerId, Rq};
 /// # #[derive(Default)]
 /// # struct Fifo(VecDeque<Rq>);
@@ -1439,7 +1439,7 @@ pub fn merge<M: ElvModel>(
 ///
 /// ```
 /// # use std::collections::VecDeque;
-/// # use blkmq_core::ops::elv::{self, BioSpec, Config, ElvModel, Harness, LimitsSpec, Place};
+/// # use blkmq_model::elv::{self, BioSpec, Config, ElvModel, Harness, LimitsSpec, Place};
 /// # use blkmq_core::{Bio, ElvCx, Elevator, IoPrio, IssuerId, Rq};
 /// # #[derive(Default)]
 /// # struct Fifo(VecDeque<Rq>);
@@ -1493,7 +1493,7 @@ pub fn dispatch<M: ElvModel>(m: &mut M, hctx: u8, count: u8) -> Result<(), Strin
 ///
 /// ```
 /// # use std::collections::VecDeque;
-/// # use blkmq_core::ops::elv::{self, BioSpec, Config, ElvModel, Harness, LimitsSpec, Place};
+/// # use blkmq_model::elv::{self, BioSpec, Config, ElvModel, Harness, LimitsSpec, Place};
 /// # use blkmq_core::{Bio, ElvCx, Elevator, IoPrio, IssuerId, Rq};
 /// # #[derive(Default)]
 /// # struct Fifo(VecDeque<Rq>);
@@ -1559,7 +1559,7 @@ fn complete_at<M: ElvModel>(m: &mut M, index: usize, status: Status) -> Result<(
 ///
 /// ```
 /// # use std::collections::VecDeque;
-/// # use blkmq_core::ops::elv::{self, BioSpec, Config, ElvModel, Harness, LimitsSpec, Place};
+/// # use blkmq_model::elv::{self, BioSpec, Config, ElvModel, Harness, LimitsSpec, Place};
 /// # use blkmq_core::{Bio, ElvCx, Elevator, IoPrio, IssuerId, Rq};
 /// # #[derive(Default)]
 /// # struct Fifo(VecDeque<Rq>);
@@ -1628,7 +1628,7 @@ pub fn requeue<M: ElvModel>(m: &mut M, index: u8, count: u8) {
 ///
 /// ```
 /// # use std::collections::VecDeque;
-/// # use blkmq_core::ops::elv::{self, BioSpec, Config, ElvModel, Harness, LimitsSpec, Place};
+/// # use blkmq_model::elv::{self, BioSpec, Config, ElvModel, Harness, LimitsSpec, Place};
 /// # use blkmq_core::{Bio, ElvCx, Elevator, IoPrio, IssuerId, Rq};
 /// # #[derive(Default)]
 /// # struct Fifo(VecDeque<Rq>);
@@ -1714,7 +1714,7 @@ pub fn drain<M: ElvModel>(m: &mut M) -> Result<(), String> {
 /// The first hardware queue where it does not.
 ///
 /// ```
-/// use blkmq_core::ops::elv::{self, Config, Harness, LimitsSpec};
+/// use blkmq_model::elv::{self, Config, Harness, LimitsSpec};
 /// use blkmq_core::{ElvCx, Elevator, Rq};
 ///
 /// /// Claims work it does not have.
@@ -1745,7 +1745,7 @@ pub fn check_has_work<E: Elevator + ?Sized>(h: &Harness, elv: &E) -> Result<(), 
 /// documented range, and all the tunables before and as they should be after.
 ///
 /// ```
-/// use blkmq_core::ops::elv::Tuned;
+/// use blkmq_model::elv::Tuned;
 ///
 /// let (before, want) = ([1u32, 2], [1, 9]);
 /// let tuned = Tuned { name: "second", value: 9, valid: true, before: &before, want: &want };
@@ -1776,7 +1776,7 @@ impl<T: PartialEq + fmt::Debug> Tuned<'_, T> {
     /// What broke.
     ///
     /// ```
-    /// use blkmq_core::ops::elv::Tuned;
+    /// use blkmq_model::elv::Tuned;
     ///
     /// let (before, want) = (4u64, 0);
     /// let tuned = Tuned { name: "depth", value: 0, valid: false, before: &before, want: &want };

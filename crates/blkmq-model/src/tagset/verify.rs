@@ -6,7 +6,7 @@ use alloc::vec::Vec;
 
 use super::model::{Pool, World};
 use super::runner::{Queue, Set};
-use crate::request::{NO_TAG, unique_tag};
+use blkmq_core::{NO_TAG, unique_tag};
 
 /// The driver payload `init_request` makes in a run: which map and tag, and whether the
 /// request belongs to scheduler tags, so each request can be checked to be the right one.

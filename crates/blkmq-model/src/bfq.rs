@@ -1,9 +1,9 @@
 //! Operation sequences on BFQ checked after every op: the test support shared by the corpus
 //! replay of the root package (`tests/fuzz_corpus.rs`), the model test
-//! (`tests/model.rs`) and the cargo-fuzz target `bfq_ops` (feature `test-utils`).
+//! (`crates/sched-bfq/tests/model.rs`) and the cargo-fuzz target `bfq_ops`.
 //!
 //! A [`Config`] says what to build: the bare tags and limits of a
-//! [harness](blkmq_core::ops::elv::Harness) (one or two hardware queues, scheduler tags of
+//! [harness](crate::elv::Harness) (one or two hardware queues, scheduler tags of
 //! 1 to [`MAX_NR_REQUESTS`] requests per map, a clock that moves only when an op says so), a
 //! rotational device or not, and a [`Bfq`] with `low_latency` on or off and `max_budget`
 //! fixed or auto-tuned, sized by [`Elevator::depth_updated`]. [`run`] then drives the
@@ -19,7 +19,7 @@
 //! made.
 //!
 //! After every op it checks what the harness checks of every elevator (see
-//! [`blkmq_core::ops::elv`]: every bio dispatched exactly once per insertion, every
+//! [`elv`]: every bio dispatched exactly once per insertion, every
 //! dispatched request exactly its bios within the limits, every bio ending once with its
 //! request's status, the scheduler tags in use are the requests held and in flight), and
 //! what BFQ promises:
@@ -58,7 +58,7 @@
 //! bug.
 //!
 //! ```
-//! use blkmq_sched_bfq::ops::{BioSpec, Config, LimitsSpec, Op, Place, TagsConfig, run};
+//! use blkmq_model::bfq::{BioSpec, Config, LimitsSpec, Op, Place, TagsConfig, run};
 //!
 //! let tags = TagsConfig {
 //!     hw_queues: 0,
@@ -84,28 +84,19 @@ use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
 
+use crate::elv::{self, ElvModel, Harness, Model, Tuned, run_model};
 use arbitrary::Arbitrary;
-use blkmq_core::ops::elv::{self, ElvModel, Harness, Model, Tuned, run_model};
 use blkmq_core::{Bio, Elevator, IoPrio, IssuerId, Op as BioOp, Rq};
 
-pub use blkmq_core::ops::elv::{
+pub use crate::elv::{
     BioSpec, Config as TagsConfig, LimitsSpec, MAX_BIO_SECTORS, MAX_HW_QUEUES, MAX_NR_REQUESTS,
     Place, SPAN,
 };
 
-use crate::{
+use blkmq_sched_bfq::{
     Bfq, BfqError, BfqStats, GroupId, MAX_BACK_SEEK_KIB, MAX_BACK_SEEK_PENALTY, MAX_BUDGET,
     MAX_EXPIRE_NS, MAX_GROUP_WEIGHT, MAX_SLICE_IDLE_NS, TunableError, Tunables,
 };
-
-/// Returns `Err(message)` from the enclosing function unless `cond` holds.
-macro_rules! ensure {
-    ($cond:expr, $($msg:tt)+) => {
-        if !$cond {
-            return Err(format!($($msg)+));
-        }
-    };
-}
 
 /// Issuers a run has: `IssuerId(1 + issuer % MAX_ISSUERS)`.
 pub const MAX_ISSUERS: u8 = 4;
@@ -210,7 +201,8 @@ pub enum Op {
     },
     /// Completes the `index`-th request in flight: [`Elevator::completed_request`],
     /// [`Elevator::finish_request`], then the tags' completion with status `status % 4` of
-    /// [`Status::Ok`], [`Status::IoErr`], [`Status::Timeout`], [`Status::Medium`].
+    /// [`Status::Ok`](blkmq_core::Status::Ok), [`Status::IoErr`](blkmq_core::Status::IoErr),
+    /// [`Status::Timeout`](blkmq_core::Status::Timeout), [`Status::Medium`](blkmq_core::Status::Medium).
     Complete {
         /// Which request.
         index: u8,
@@ -304,7 +296,7 @@ impl Op {
     /// This op's variant name (one of [`KINDS`](Self::KINDS)).
     ///
     /// ```
-    /// use blkmq_sched_bfq::ops::Op;
+    /// use blkmq_model::bfq::Op;
     /// assert_eq!(Op::Timer.kind(), "Timer");
     /// assert!(Op::KINDS.contains(&Op::Depth { nr: 1 }.kind()));
     /// ```
@@ -341,7 +333,7 @@ pub type Failure = elv::Failure<Op>;
 /// The first broken promise: where, what was expected and what happened.
 ///
 /// ```
-/// use blkmq_sched_bfq::ops::{BioSpec, Config, LimitsSpec, Op, Place, TagsConfig, Tunable, run};
+/// use blkmq_model::bfq::{BioSpec, Config, LimitsSpec, Op, Place, TagsConfig, Tunable, run};
 ///
 /// let tags = TagsConfig {
 ///     hw_queues: 1,

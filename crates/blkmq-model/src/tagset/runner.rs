@@ -18,14 +18,14 @@ use super::{
     AllocKind, BioSpec, Config, Failure, ForeignCall, HctxCall, MAX_ASYNC_FREES, MAX_MODEL_CPUS,
     MAX_MODEL_DEPTH, MAX_MODEL_HW_QUEUES, MAX_MODEL_QUEUES, Op, Stage, TestPlatform,
 };
-use blkmq_sbitmap::ops::WakeCount;
+use crate::sbitmap::WakeCount;
 
-use crate::bio::Status;
-use crate::error::{ConfigError, TagError};
-use crate::queue_tags::{Alloc, QueueTags};
-use crate::request::{Rq, RqState};
-use crate::tags::RequestInit;
-use crate::tagset::{DEFAULT_MAX_QUEUES, DEFAULT_TIMEOUT_NS, MAX_SCHED_DEPTH, TagSet, TagSetFlags};
+use blkmq_core::RequestInit;
+use blkmq_core::Status;
+use blkmq_core::{Alloc, QueueTags};
+use blkmq_core::{ConfigError, TagError};
+use blkmq_core::{DEFAULT_MAX_QUEUES, DEFAULT_TIMEOUT_NS, MAX_SCHED_DEPTH, TagSet, TagSetFlags};
+use blkmq_core::{Rq, RqState};
 
 pub(super) type Set = TagSet<u32, TestPlatform>;
 pub(super) type Queue = QueueTags<u32, TestPlatform>;
@@ -1283,7 +1283,7 @@ impl Runner {
             .map(|&(_, t, h, own)| (h, t, own))
             .collect();
         let mut seen = Vec::new();
-        let mut visit = |b: crate::tagset::BusyRq<'_, u32>| {
+        let mut visit = |b: blkmq_core::BusyRq<'_, u32>| {
             seen.push((b.hctx, b.tag, b.request.tag()));
             seen.len() < stop_after
         };

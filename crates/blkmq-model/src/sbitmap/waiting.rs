@@ -13,12 +13,12 @@ use super::model::Region;
 use super::runner::Runner;
 use super::target::Target;
 use super::{MAX_WAITERS, NR_HINTS, Op};
-use crate::{AllocHint, MAX_WAKE_BATCH, SbitmapError, SbitmapQueue, WAIT_QUEUES, Waiter};
+use blkmq_sbitmap::{AllocHint, MAX_WAKE_BATCH, SbitmapError, SbitmapQueue, WAIT_QUEUES, Waiter};
 
 /// A waker that counts its wake-ups: what the models check waiting with.
 ///
 /// ```
-/// use blkmq_sbitmap::ops::WakeCount;
+/// use blkmq_model::sbitmap::WakeCount;
 /// use std::sync::Arc;
 /// use std::task::Waker;
 ///

@@ -7,8 +7,8 @@ use alloc::vec::Vec;
 use blkmq_sbitmap::SbitmapError;
 
 use super::bios::{BioModel, Book};
-use crate::error::TagError;
-use crate::request::{Rq, RqState};
+use blkmq_core::TagError;
+use blkmq_core::{Rq, RqState};
 
 /// The most waiters a wake-up batch wakes (`blkmq_sbitmap::MAX_WAKE_BATCH`).
 const MAX_WAKE_BATCH: usize = blkmq_sbitmap::MAX_WAKE_BATCH;

@@ -9,7 +9,7 @@ use super::model::{Model, Region, pick_free};
 use super::target::Target;
 use super::waiting::{Waiting, wake_batch_for};
 use super::{BogusBatch, BogusPut, Config, NR_HINTS, Op};
-use crate::{AllocHint, BitBatch, SbitmapError};
+use blkmq_sbitmap::{AllocHint, BitBatch, SbitmapError};
 
 /// Where a get starts for a hint value: the bit itself, or for a value beyond the depth the
 /// same fraction (`value / 2^32`) of the depth.

@@ -12,7 +12,7 @@ use core::sync::atomic::{AtomicU32, Ordering};
 use spin::mutex::SpinMutex;
 
 use super::BioSpec;
-use crate::bio::{Bio, Op as BioOp, Status};
+use blkmq_core::{Bio, Op as BioOp, Status};
 
 /// Ends recorded by `end_io`: run -> (bio sequence number, status), in the order they came.
 static LOG: SpinMutex<BTreeMap<u32, Vec<(u32, Status)>>> = SpinMutex::new(BTreeMap::new());
@@ -32,30 +32,30 @@ fn record_end(bio: Bio, status: Status) {
 
 /// A run's place in [`LOG`]: the bios it marks end into it, until it is dropped. Runs on
 /// several threads at once (test harness threads) keep apart.
-pub(super) struct EndLog {
+pub(crate) struct EndLog {
     run: u32,
 }
 
 impl EndLog {
-    pub(super) fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let run = NEXT_RUN.fetch_add(1, Ordering::Relaxed);
         LOG.lock().insert(run, Vec::new());
         Self { run }
     }
 
     /// `bio` as this run's bio `seq`: its `private` value names both, its `end_io` records.
-    pub(super) fn mark(&self, bio: Bio, seq: u32) -> Bio {
+    pub(crate) fn mark(&self, bio: Bio, seq: u32) -> Bio {
         bio.private((u64::from(self.run) << 32) | u64::from(seq))
             .end_io(record_end)
     }
 
     /// The sequence number of a bio this run marked, from its `private` value.
-    pub(super) fn seq_of(&self, bio: &Bio) -> Option<u32> {
+    pub(crate) fn seq_of(&self, bio: &Bio) -> Option<u32> {
         ((bio.private >> 32) as u32 == self.run).then_some(bio.private as u32)
     }
 
     /// The ends recorded since the last call, in the order they came.
-    pub(super) fn take(&self) -> Vec<(u32, Status)> {
+    pub(crate) fn take(&self) -> Vec<(u32, Status)> {
         LOG.lock()
             .get_mut(&self.run)
             .map(core::mem::take)

@@ -1,9 +1,9 @@
 //! Operation sequences on mq-deadline checked against a reference model after every op: the
 //! test support shared by the corpus replay of the root package (`tests/fuzz_corpus.rs`) and
-//! the cargo-fuzz target `deadline_ops` (feature `test-utils`).
+//! the cargo-fuzz target `deadline_ops`.
 //!
 //! A [`Config`] says what to build: the bare tags and limits of a
-//! [harness](blkmq_core::ops::elv::Harness) (one or two hardware queues, scheduler tags of
+//! [harness](crate::elv::Harness) (one or two hardware queues, scheduler tags of
 //! 1 to [`MAX_NR_REQUESTS`] requests per map, a clock that moves only when an op says so),
 //! and a [`Deadline`] sized by [`Elevator::depth_updated`]. [`run`] then drives the elevator
 //! directly, the way a request queue does: requests allocated within
@@ -14,7 +14,7 @@
 //! tags made.
 //!
 //! After every op it checks what the harness checks of every elevator (see
-//! [`blkmq_core::ops::elv`]: every bio dispatched exactly once per insertion, every
+//! [`elv`]: every bio dispatched exactly once per insertion, every
 //! dispatched request exactly its bios within the limits, every bio ending once with its
 //! request's status, the scheduler tags in use), and what mq-deadline promises:
 //!
@@ -50,7 +50,7 @@
 //! bug.
 //!
 //! ```
-//! use blkmq_sched_deadline::ops::{BioSpec, Config, LimitsSpec, Op, Place, run};
+//! use blkmq_model::deadline::{BioSpec, Config, LimitsSpec, Op, Place, run};
 //!
 //! let config = Config {
 //!     hw_queues: 0,
@@ -74,24 +74,15 @@ use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
 
+use crate::elv::{self, BioState, ElvModel, Harness, Model, Tuned, run_model};
 use arbitrary::Arbitrary;
-use blkmq_core::ops::elv::{self, BioState, ElvModel, Harness, Model, Tuned, run_model};
 use blkmq_core::{Bio, Elevator, IoPrio, IoPrioClass, IssuerId, Op as BioOp, Rq};
 
-pub use blkmq_core::ops::elv::{
+pub use crate::elv::{
     BioSpec, Config, LimitsSpec, MAX_BIO_SECTORS, MAX_HW_QUEUES, MAX_NR_REQUESTS, Place, SPAN,
 };
 
-use crate::{Deadline, MAX_BATCH, MAX_EXPIRE_NS, TunableError, Tunables};
-
-/// Returns `Err(message)` from the enclosing function unless `cond` holds.
-macro_rules! ensure {
-    ($cond:expr, $($msg:tt)+) => {
-        if !$cond {
-            return Err(format!($($msg)+));
-        }
-    };
-}
+use blkmq_sched_deadline::{Deadline, MAX_BATCH, MAX_EXPIRE_NS, TunableError, Tunables};
 
 const MS: u64 = 1_000_000;
 
@@ -170,9 +161,10 @@ pub enum Op {
         count: u8,
     },
     /// Completes the `index`-th request in flight: [`Elevator::completed_request`],
-    /// [`Elevator::finish_request`], then [`QueueTags::complete`](blkmq_core::QueueTags::complete) with status
-    /// `status % 4` of [`Status::Ok`], [`Status::IoErr`], [`Status::Timeout`],
-    /// [`Status::Medium`].
+    /// [`Elevator::finish_request`], then
+    /// [`QueueTags::complete`](blkmq_core::QueueTags::complete) with status `status % 4` of
+    /// [`Status::Ok`](blkmq_core::Status::Ok), [`Status::IoErr`](blkmq_core::Status::IoErr),
+    /// [`Status::Timeout`](blkmq_core::Status::Timeout), [`Status::Medium`](blkmq_core::Status::Medium).
     Complete {
         /// Which request.
         index: u8,
@@ -223,7 +215,7 @@ impl Op {
     /// This op's variant name (one of [`KINDS`](Self::KINDS)).
     ///
     /// ```
-    /// use blkmq_sched_deadline::ops::Op;
+    /// use blkmq_model::deadline::Op;
     /// assert_eq!(Op::Advance { step: 3 }.kind(), "Advance");
     /// assert!(Op::KINDS.contains(&Op::Depth { nr: 1 }.kind()));
     /// ```
@@ -255,7 +247,7 @@ pub type Failure = elv::Failure<Op>;
 /// The first broken promise: where, what was expected and what happened.
 ///
 /// ```
-/// use blkmq_sched_deadline::ops::{BioSpec, Config, LimitsSpec, Op, Place, Tunable, run};
+/// use blkmq_model::deadline::{BioSpec, Config, LimitsSpec, Op, Place, Tunable, run};
 ///
 /// let config = Config {
 ///     hw_queues: 1,

@@ -3,7 +3,7 @@
 use alloc::format;
 use alloc::string::String;
 
-use crate::{AllocHint, BitBatch, Sbitmap, SbitmapError, SbitmapQueue};
+use blkmq_sbitmap::{AllocHint, BitBatch, Sbitmap, SbitmapError, SbitmapQueue};
 
 /// The operations shared by [`Sbitmap`] and [`SbitmapQueue`], so one runner drives both.
 pub(super) trait Target {
