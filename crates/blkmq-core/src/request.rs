@@ -29,10 +29,13 @@
 
 use core::cell::UnsafeCell;
 use core::fmt;
-use core::num::NonZeroU64;
 
 use crate::bio::{Bio, BioFlags, IoPrio, IssuerId, Op, Status};
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
+
+mod token;
+
+pub use token::Rq;
 
 /// No tag: the value of a tag field that holds none.
 ///
@@ -57,6 +60,19 @@ pub const NO_TAG: u32 = u32::MAX;
 ///                     ^                  |  requeue
 ///                     +------------------+
 /// ```
+///
+/// # Invariants
+/// * `Free -> Idle` happens only in allocation, by whoever the tag bitmap just gave the
+///   tag, and begins a new allocation (a new [generation](Request::generation)).
+/// * `Idle -> InFlight` (a start, which begins a new generation too) and
+///   `InFlight -> Idle` (a requeue) are the owner's alone: whoever holds the request's
+///   [`Rq`].
+/// * `InFlight -> Complete` is the one move anyone may make without the token, by
+///   [`Request::try_complete`] with the generation they saw; it is a compare-exchange, so of
+///   several attempts (and the owner's own moves out of `InFlight`) exactly one wins.
+/// * Any state `-> Free` happens only when the owner frees the request, after its bios
+///   ended or moved, and before its tag goes back to the bitmap: a request whose tag is free
+///   is `Free`.
 ///
 /// ```
 /// use blkmq_core::{Alloc, RqState, StdPlatform, TagSet};
@@ -414,7 +430,8 @@ impl<T> Request<T> {
         if self.queue.load(Ordering::Relaxed) != queue {
             self.queue.store(queue, Ordering::Relaxed);
         }
-        // A new allocation count, no start yet.
+        // INVARIANT: a new allocation count, no start yet: a token of an earlier allocation
+        // no longer matches.
         let allocation = (self.state.load(Ordering::Relaxed) >> ALLOC_SHIFT).wrapping_add(1);
         // Release: a reader that sees the new generation sees `hctx` and `queue`.
         self.state.store(
@@ -441,6 +458,8 @@ impl<T> Request<T> {
     /// Any state -> `Free`, keeping the generation.
     #[inline(always)]
     pub(crate) fn release(&self) {
+        // INVARIANT: `Free` before the tag goes back (the callers put it after this), so a
+        // request whose tag is free is `Free`.
         let word = self.state.load(Ordering::Relaxed);
         self.state.store(word & !STATE_MASK, Ordering::Release);
     }
@@ -551,95 +570,24 @@ pub const fn unique_tag_tag(unique: u32) -> u32 {
     unique & 0xffff
 }
 
-/// The token of an allocated request: whoever holds it owns the request's I/O side.
-///
-/// Returned by allocation, consumed by freeing; it cannot be cloned, so a request is never
-/// freed twice through it. It is two words and holds no reference, so it moves freely through
-/// lists and across threads, and in registers from call to call. Dropping one without freeing it leaks its tag, which is why it
-/// is `#[must_use]`.
-///
-/// ```
-/// use blkmq_core::{Alloc, StdPlatform, TagError, TagSet};
-///
-/// let set = TagSet::builder(4).build(StdPlatform::new(), |_| ()).unwrap();
-/// let (a, b) = (set.attach().unwrap(), set.attach().unwrap());
-/// let rq = a.alloc(&Alloc::new(0, 0)).unwrap();
-/// let rq = std::thread::spawn(move || rq).join().unwrap(); // tokens move freely
-/// assert_eq!(b.request(&rq).unwrap_err(), TagError::ForeignRequest); // not b's
-/// a.free(rq).unwrap();
-/// ```
-#[must_use = "dropping an Rq leaks its tag; free it"]
-#[derive(Debug, PartialEq, Eq)]
-pub struct Rq {
-    /// `pool << 32 | map << 16 | tag`, in one word. Pool identities are never reused, so
-    /// this names one request of one live pool, or none. Pool identities start at 1, so
-    /// the word is never zero: an `Option<Rq>` is two words too, and comes back from a
-    /// function (an elevator's dispatch) in registers.
-    packed: NonZeroU64,
-    /// The request's allocation count when it was allocated: a token kept past its
-    /// request's life (say, of a dropped queue) never matches the request's next allocation.
-    generation: u64,
-}
-
-impl Rq {
-    #[inline(always)]
-    pub(crate) fn new(pool: u32, map: usize, tag: usize, generation: u64) -> Self {
-        let packed =
-            (u64::from(pool) << 32) | ((map as u64 & 0xffff) << 16) | (tag as u64 & 0xffff);
-        debug_assert_ne!(pool, 0, "pool identities start at 1");
-        Self {
-            // Pool 0 is never handed out; should one come, the token names pool `u32::MAX`,
-            // which is never handed out either: no request at all.
-            packed: NonZeroU64::new(packed).unwrap_or(NonZeroU64::MAX),
-            generation,
-        }
-    }
-
-    /// The generation the request was allocated at.
-    #[inline(always)]
-    pub(crate) fn generation(&self) -> u64 {
-        self.generation
-    }
-
-    /// The identity of the tags that own the request.
-    #[inline(always)]
-    pub(crate) fn pool(&self) -> u32 {
-        (self.packed.get() >> 32) as u32
-    }
-
-    /// The tag map within them.
-    #[inline(always)]
-    pub(crate) fn map(&self) -> usize {
-        ((self.packed.get() >> 16) & 0xffff) as usize
-    }
-
-    /// The tag as an index.
-    #[inline(always)]
-    pub(crate) fn index(&self) -> usize {
-        (self.packed.get() & 0xffff) as usize
-    }
-
-    /// The request's tag in the tags that own it (see [`Request::tag`]).
-    ///
-    /// ```
-    /// use blkmq_core::{Alloc, StdPlatform, TagSet};
-    ///
-    /// let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
-    /// let queue = set.attach().unwrap();
-    /// let rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
-    /// assert_eq!(rq.tag(), queue.request(&rq).unwrap().tag());
-    /// queue.free(rq).unwrap();
-    /// ```
-    pub fn tag(&self) -> u32 {
-        (self.packed.get() & 0xffff) as u32
-    }
-}
-
 /// The owner's side of a request: the I/O it carries.
 ///
 /// The first bio is held inline; bios merged after or before it are linked through slots of
 /// the tag set's bio pool, allocated when the tag set was created, so merging allocates
 /// nothing.
+///
+/// # Invariants
+/// Between the owner's calls:
+/// * `nr_bios` counts `first` and the pool slots linked from `chain_head` to `chain_tail`
+///   (both `NO_TAG` for no chain); a chain exists only behind a `first`, and each slot is
+///   on one chain at most.
+/// * `op`, `flags`, `prio`, `issuer` and `sector` are the first bio's; `sectors` is the sum
+///   over the chain.
+/// * A free request carries no bio and describes nothing: every path that frees a request
+///   ends or moves its bios first, so a bio is neither lost nor ended twice.
+/// * `alloc_cpu` and `counted` are set when the request is allocated (or takes a driver
+///   tag) and read when it is freed: its tag goes back through the hint it came from, and
+///   a tag counted towards a fair share is uncounted exactly once.
 ///
 /// ```
 /// use blkmq_core::{Alloc, Bio, Op, StdPlatform, TagSet};
@@ -1154,6 +1102,7 @@ impl RqIo {
             end(bio, status);
             ended += 1;
         }
+        // INVARIANT: no bio and nothing described, as a request to be freed must be.
         self.clear();
         ended
     }

@@ -25,6 +25,19 @@ pub struct RequestInit {
     pub scheduler: bool,
 }
 
+/// The tags of one map and the requests they number.
+///
+/// # Invariants
+/// * Tags `0..nr_reserved` are the `reserved` bitmap's bits, the rest `normal`'s bits
+///   offset by `nr_reserved`; `requests` has one request per tag of the depth the map was
+///   made with (`initial_depth`), and resizing moves only the normal bitmap's depth within it.
+/// * Whoever gets a tag's bit owns its request until it puts the bit back: it claims the
+///   request (`Free -> Idle`) after the get and releases it (`-> Free`) before the put, so
+///   a request whose bit is clear is `Free`.
+/// * `rqs` is empty for a scheduler map; for a driver map, `rqs[tag]` is non-null only
+///   while a scheduler request holds driver tag `tag` (see [`TagSet`](crate::TagSet)).
+/// * `active_queues` counts the queues whose activity on this map is marked active, and the
+///   normal bitmap's wake batch is recomputed on every change of it.
 pub(crate) struct TagMap<T, R: lock_api::RawMutex> {
     pub(crate) normal: SbitmapQueue<R>,
     pub(crate) reserved: Option<SbitmapQueue<R>>,

@@ -370,6 +370,12 @@ impl TagSetBuilder {
 /// * A map's `rqs[tag]` is non-null only while a scheduler request holds driver tag `tag`,
 ///   and then points into scheduler tags that are freed only under `iter_lock` after their
 ///   slots are cleared.
+/// * `id` (and every scheduler-tag identity) is handed out once while the process runs, so
+///   an [`Rq`](crate::Rq) names requests of one set or of none.
+/// * `queues` counts the attached [`QueueTags`](crate::QueueTags): made by `attach`,
+///   uncounted by their drop, which first frees every request they still had out.
+/// * Each bio-pool slot is on the chain of at most one request, touched only by that
+///   request's owner.
 ///
 /// ```
 /// use blkmq_core::{Alloc, StdPlatform, TagSet};

@@ -1,24 +1,30 @@
 //! A request queue's use of a tag set: allocation, fair sharing, scheduler tags, freeing.
+//!
+//! This file holds the types, token resolution, the bios a request carries and its life
+//! cycle (start, requeue, complete, free, driver tags); `allocation` allocates, `sharing`
+//! holds fair sharing and the driver tags taken under it, `sched_tags` an elevator's own tags.
 
 use alloc::boxed::Box;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::fmt;
-use core::future::Future;
-use core::pin::Pin;
 use core::ptr;
-use core::task::{Context, Poll};
 
-use blkmq_sbitmap::{SbitmapQueue, Waiter};
 use crossbeam_utils::CachePadded;
 
 use crate::bio::{Bio, Op, Status};
-use crate::error::{ConfigError, TagError};
+use crate::error::TagError;
 use crate::platform::Platform;
 use crate::request::{NO_TAG, Request, Rq, RqIo, RqState};
 use crate::sync::{AtomicBool, AtomicUsize, Ordering};
-use crate::tags::{MapParams, RequestInit, TagMap};
-use crate::tagset::{BusyRq, MAX_SCHED_DEPTH, TagSet, TagSetFlags, next_pool_id};
+use crate::tags::TagMap;
+use crate::tagset::{BusyRq, TagSet};
+
+mod allocation;
+mod sched_tags;
+mod sharing;
+
+pub use allocation::AllocFuture;
 
 /// What to allocate: for which hardware queue, from which CPU, and with which limits.
 ///
@@ -143,6 +149,22 @@ impl<T, R: lock_api::RawMutex> SchedTags<T, R> {
 ///
 /// Dropping a `QueueTags` detaches the queue and frees every request it still has out:
 /// their [`Rq`] tokens can name no other queue, so nothing leaks.
+///
+/// # Invariants
+/// * `set_id`, `nr_hw_queues` and `maps` are copies of the set's fixed shape; `maps` points
+///   at the set's maps, which `set` keeps alive and never moves.
+/// * `activity[m].active` is set exactly while this queue is counted in map `m`'s
+///   `active_queues`: set before the count goes up, cleared before it goes down.
+/// * `activity[m].in_flight` is the number of driver tags of map `m` this queue holds whose
+///   request says `counted`; each is uncounted once, when its tag is put back.
+/// * `activity[m].share_waiters` counts this queue's [`AllocFuture`]s waiting for a normal
+///   driver tag over their fair share.
+/// * A request of `sched` map `m` takes its driver tag from driver map `m`; a driver map
+///   slot pointing into `sched` is cleared before the tag goes back, and `sched` is dropped
+///   only under the set's `iter_lock`, with no request of it out (the queue's drop reclaims
+///   them first).
+/// * Every request allocated to this queue (by its `id`) has its token out or is being
+///   freed; dropping the queue frees them all.
 ///
 /// ```
 /// use blkmq_core::{Alloc, Bio, Op, StdPlatform, TagSet};
@@ -285,400 +307,6 @@ impl<T, P: Platform> QueueTags<T, P> {
             });
         }
         Ok(self.set.map_index(hctx))
-    }
-
-    // ----- fair sharing -----
-
-    /// Counts this queue active on map `m` (Linux's `blk_mq_tag_busy`).
-    #[inline]
-    fn mark_active(&self, m: usize) {
-        let activity = &self.activity[m];
-        if activity.active.load(Ordering::Relaxed) || activity.active.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let map = &self.set.maps[m];
-        let users = map.active_queues.fetch_add(1, Ordering::SeqCst) + 1;
-        map.users_changed(users);
-    }
-
-    /// Marks this queue idle on `hctx`'s map if it holds no counted tag there, giving its
-    /// share back to the other queues (Linux's `blk_mq_tag_idle`, run from the timeout
-    /// work). Returns whether it went idle.
-    ///
-    /// ```
-    /// use blkmq_core::{Alloc, StdPlatform, TagSet};
-    ///
-    /// let set = TagSet::builder(64).build(StdPlatform::new(), |_| ()).unwrap();
-    /// let a = set.attach().unwrap();
-    /// let b = set.attach().unwrap();
-    /// let rq = a.alloc(&Alloc::new(0, 0)).unwrap();
-    /// let other = b.alloc(&Alloc::new(0, 0)).unwrap();
-    /// assert_eq!(set.fair_share(0), 32); // two active queues share 64 tags
-    /// b.free(other).unwrap();
-    /// assert!(b.mark_idle(0));
-    /// assert_eq!(set.fair_share(0), 64);
-    /// a.free(rq).unwrap();
-    /// ```
-    pub fn mark_idle(&self, hctx: usize) -> bool {
-        let Some(m) = self.set.map_of(hctx) else {
-            return false;
-        };
-        if self.activity[m].in_flight.load(Ordering::SeqCst) != 0 {
-            return false;
-        }
-        self.deactivate(m)
-    }
-
-    fn deactivate(&self, m: usize) -> bool {
-        if !self.activity[m].active.swap(false, Ordering::AcqRel) {
-            return false;
-        }
-        let map = &self.set.maps[m];
-        let users = map.active_queues.fetch_sub(1, Ordering::SeqCst) - 1;
-        map.users_changed(users);
-        // Waiters of other queues may fit in the larger share now.
-        map.normal.wake_all();
-        true
-    }
-
-    /// Whether this queue may take one more normal driver tag of map `m` (Linux's
-    /// `hctx_may_queue`).
-    #[inline(always)]
-    fn may_queue(&self, m: usize) -> bool {
-        let map = &self.set.maps[m];
-        let users = map.active_queues.load(Ordering::SeqCst);
-        if users <= 1 {
-            return true;
-        }
-        self.activity[m].in_flight.load(Ordering::SeqCst) < map.fair_share(users)
-    }
-
-    /// Takes a driver tag of map `m`, with fair sharing; `Ok(None)` when none may be had.
-    /// Returns the tag and whether it counts towards the fair share.
-    #[inline(always)]
-    fn get_driver_tag_raw(
-        &self,
-        m: usize,
-        cpu: usize,
-        reserved: bool,
-        shallow: Option<usize>,
-    ) -> Result<Option<(usize, bool)>, TagError> {
-        let map = &self.set.maps[m];
-        if reserved {
-            return Ok(map.get_reserved()?.map(|tag| (tag, false)));
-        }
-        if !self.set.is_shared() {
-            return Ok(map.get_normal(cpu, shallow)?.map(|tag| (tag, false)));
-        }
-        self.mark_active(m);
-        if !self.may_queue(m) {
-            return Ok(None);
-        }
-        let Some(tag) = map.get_normal(cpu, shallow)? else {
-            return Ok(None);
-        };
-        self.activity[m].in_flight.fetch_add(1, Ordering::SeqCst);
-        Ok(Some((tag, true)))
-    }
-
-    /// Frees driver tag `tag` of map `m`.
-    #[inline(always)]
-    fn put_driver_tag_raw(
-        &self,
-        m: usize,
-        tag: usize,
-        cpu: usize,
-        counted: bool,
-    ) -> Result<(), TagError> {
-        if !counted {
-            return self.set.maps[m].put(tag, cpu);
-        }
-        // SeqCst, before the tag is freed: a waiter over its share that misses this
-        // decrement registered first (`share_waiters`, then the bitmap's `ws_active`), and
-        // the free's loads below see it (the bitmap's Dekker pair, fenced inside `put`).
-        self.activity[m].in_flight.fetch_sub(1, Ordering::SeqCst);
-        let freed = self.set.maps[m].put(tag, cpu);
-        if self.activity[m].share_waiters.load(Ordering::SeqCst) != 0 {
-            self.set.maps[m].normal.wake_all();
-        }
-        freed
-    }
-
-    // ----- allocation -----
-
-    /// Allocates a request without waiting (NOWAIT).
-    ///
-    /// # Errors
-    /// [`TagError::WouldBlock`] when no tag is free or this queue's fair share is used up;
-    /// [`TagError::NoSuchHwQueue`], [`TagError::NoReservedTags`], or a bitmap error for a
-    /// shallow limit below the declared minimum.
-    ///
-    /// ```
-    /// use blkmq_core::{Alloc, StdPlatform, TagError, TagSet};
-    ///
-    /// let set = TagSet::builder(2).build(StdPlatform::new(), |_| ()).unwrap();
-    /// let queue = set.attach().unwrap();
-    /// let a = queue.alloc(&Alloc::new(0, 0)).unwrap();
-    /// let b = queue.alloc(&Alloc::new(0, 1)).unwrap();
-    /// assert_ne!(a.tag(), b.tag());
-    /// assert_eq!(queue.alloc(&Alloc::new(0, 0)).unwrap_err(), TagError::WouldBlock);
-    /// let bad = queue.alloc(&Alloc::new(1, 0)).unwrap_err();
-    /// assert_eq!(bad, TagError::NoSuchHwQueue { hctx: 1, nr_hw_queues: 1 });
-    /// queue.free(a).unwrap();
-    /// queue.free(b).unwrap();
-    /// ```
-    #[inline(always)]
-    pub fn alloc(&self, alloc: &Alloc) -> Result<Rq, TagError> {
-        if !self.is_plain(alloc) {
-            return self.alloc_general(alloc);
-        }
-        self.alloc_plain(alloc).map(|(rq, _)| rq)
-    }
-
-    /// Allocates a request that carries `bio` (with `segments` data segments) from the
-    /// start: in the common case the bio goes in through the allocation's own reach into
-    /// the request, with no second look-up of the token. The bio comes back with the error.
-    #[inline(always)]
-    pub(crate) fn alloc_with_bio(
-        &self,
-        alloc: &Alloc,
-        bio: Bio,
-        segments: u32,
-    ) -> Result<Rq, (TagError, Bio)> {
-        if self.is_plain(alloc) {
-            let (rq, request) = self.alloc_plain(alloc).map_err(|e| (e, bio))?;
-            // SAFETY: `rq`, made just now, is the request's only token and is ours here:
-            // nobody else reaches `io`.
-            let io = unsafe { request.io_mut() };
-            io.set_bio(bio);
-            io.segments = segments;
-            return Ok(rq);
-        }
-        let mut rq = self.alloc_general(alloc).map_err(|e| (e, bio))?;
-        match self.set_bio_segments(&mut rq, bio, segments) {
-            Ok(()) => Ok(rq),
-            // Our own fresh request: cannot happen. Should it, nothing is lost.
-            Err(e) => {
-                let _ = self.free(rq);
-                Err((e, bio))
-            }
-        }
-    }
-
-    /// Whether `alloc` is the common case, done inline by
-    /// [`alloc_plain`](Self::alloc_plain): a normal driver tag with no sharing, no limit,
-    /// no scheduler.
-    #[inline(always)]
-    fn is_plain(&self, alloc: &Alloc) -> bool {
-        !alloc.reserved
-            && alloc.shallow_depth.is_none()
-            && self.sched.is_none()
-            && alloc.hctx < self.nr_hw_queues
-            && !self.set.is_shared()
-    }
-
-    /// The common case of an allocation (see [`is_plain`](Self::is_plain)), inline: the
-    /// token and the request it names.
-    #[inline(always)]
-    fn alloc_plain(&self, alloc: &Alloc) -> Result<(Rq, &Request<T>), TagError> {
-        let maps = self.maps();
-        let m = if maps.len() == 1 { 0 } else { alloc.hctx };
-        let map = &maps[m];
-        let Some(bit) = map.normal.get(map.hint(alloc.cpu)) else {
-            return Err(TagError::WouldBlock);
-        };
-        let tag = bit + map.nr_reserved;
-        let request = &map.requests[tag];
-        // SAFETY: we hold the tag just allocated, so nobody else reaches `io`.
-        unsafe { request.io_mut() }.reset(alloc.cpu as u32, false);
-        let generation = request.claim(alloc.hctx as u32, self.id);
-        Ok((Rq::new(self.set_id, m, tag, generation), request))
-    }
-
-    #[inline(never)]
-    fn alloc_general(&self, alloc: &Alloc) -> Result<Rq, TagError> {
-        self.try_alloc(alloc)?.ok_or(TagError::WouldBlock)
-    }
-
-    /// One allocation attempt: `Ok(None)` when it would have to wait.
-    #[inline(always)]
-    fn try_alloc(&self, alloc: &Alloc) -> Result<Option<Rq>, TagError> {
-        let m = self.check_hctx(alloc.hctx)?;
-        let cpu = alloc.cpu;
-        match &self.sched {
-            None => {
-                // Shallow limits are an elevator's, on scheduler tags.
-                if alloc.shallow_depth.is_some() {
-                    return Err(TagError::NoScheduler);
-                }
-                let Some((tag, counted)) = self.get_driver_tag_raw(m, cpu, alloc.reserved, None)?
-                else {
-                    return Ok(None);
-                };
-                let request = &self.set.maps[m].requests[tag];
-                // SAFETY: we hold the tag just allocated, so nobody else reaches `io`.
-                let io = unsafe { request.io_mut() };
-                io.reset(cpu as u32, counted);
-                let generation = request.claim(alloc.hctx as u32, self.id);
-                Ok(Some(Rq::new(self.set.id, m, tag, generation)))
-            }
-            Some(sched) => {
-                let map = &sched.maps[m];
-                let tag = if alloc.reserved {
-                    map.get_reserved()?
-                } else {
-                    map.get_normal(cpu, alloc.shallow_depth)?
-                };
-                let Some(tag) = tag else {
-                    return Ok(None);
-                };
-                let request = &map.requests[tag];
-                // SAFETY: we hold the tag just allocated.
-                let io = unsafe { request.io_mut() };
-                io.reset(cpu as u32, false);
-                io.sched_data = [0; 2];
-                let generation = request.claim(alloc.hctx as u32, self.id);
-                Ok(Some(Rq::new(sched.id, m, tag, generation)))
-            }
-        }
-    }
-
-    /// The bitmap an allocation like `alloc` waits on.
-    fn wait_queue(&self, alloc: &Alloc) -> Result<&SbitmapQueue<P::RawMutex>, TagError> {
-        let m = self.check_hctx(alloc.hctx)?;
-        let map = match &self.sched {
-            None => &self.set.maps[m],
-            Some(sched) => &sched.maps[m],
-        };
-        if alloc.reserved {
-            map.reserved.as_ref().ok_or(TagError::NoReservedTags)
-        } else {
-            Ok(&map.normal)
-        }
-    }
-
-    /// Allocates a request, waiting (asynchronously, on any executor) while no tag is free
-    /// or this queue is over its fair share.
-    ///
-    /// ```
-    /// use blkmq_core::{Alloc, StdPlatform, TagSet};
-    /// use std::future::Future;
-    /// use std::pin::pin;
-    /// use std::task::{Context, Poll, Waker};
-    ///
-    /// let set = TagSet::builder(1).build(StdPlatform::new(), |_| ()).unwrap();
-    /// let queue = set.attach().unwrap();
-    /// let held = queue.alloc(&Alloc::new(0, 0)).unwrap();
-    /// let mut cx = Context::from_waker(Waker::noop());
-    /// let mut waiting = pin!(queue.alloc_async(Alloc::new(0, 0)));
-    /// assert!(waiting.as_mut().poll(&mut cx).is_pending());
-    /// queue.free(held).unwrap();
-    /// let Poll::Ready(Ok(rq)) = waiting.as_mut().poll(&mut cx) else { panic!() };
-    /// queue.free(rq).unwrap();
-    /// ```
-    pub fn alloc_async(&self, alloc: Alloc) -> AllocFuture<'_, T, P> {
-        AllocFuture {
-            queue: self,
-            alloc,
-            waiter: None,
-            share_map: None,
-        }
-    }
-
-    /// Allocates a request, parking the thread while it has to wait (`std`).
-    ///
-    /// # Errors
-    /// As [`alloc`](Self::alloc), except that it waits instead of
-    /// [`TagError::WouldBlock`].
-    ///
-    /// ```
-    /// use blkmq_core::{Alloc, StdPlatform, TagSet};
-    ///
-    /// let set = TagSet::builder(1).build(StdPlatform::new(), |_| ()).unwrap();
-    /// let queue = set.attach().unwrap();
-    /// let held = queue.alloc(&Alloc::new(0, 0)).unwrap();
-    /// std::thread::scope(|s| {
-    ///     let waiter = s.spawn(|| queue.alloc_blocking(Alloc::new(0, 0)).unwrap());
-    ///     queue.free(held).unwrap(); // wakes the waiter, whether it waits yet or not
-    ///     let rq = waiter.join().unwrap();
-    ///     queue.free(rq).unwrap();
-    /// });
-    /// assert_eq!(set.busy(), 0);
-    /// ```
-    #[cfg(all(feature = "std", not(loom)))]
-    pub fn alloc_blocking(&self, alloc: Alloc) -> Result<Rq, TagError> {
-        if let Some(rq) = self.try_alloc(&alloc)? {
-            return Ok(rq);
-        }
-        blkmq_sbitmap::block_on(self.alloc_async(alloc))
-    }
-
-    /// Allocates up to `nr` requests at once, pushing them into `out` (a plug's request
-    /// cache); returns how many. Without a shallow limit, a reserved request or fair sharing
-    /// in force, the tags come from one bitmap word with one atomic operation.
-    ///
-    /// # Errors
-    /// As [`alloc`](Self::alloc), except that running short returns fewer, not an error.
-    ///
-    /// ```
-    /// use blkmq_core::{Alloc, StdPlatform, TagSet};
-    ///
-    /// let set = TagSet::builder(64).build(StdPlatform::with_cpus(1), |_| ()).unwrap();
-    /// let queue = set.attach().unwrap();
-    /// let mut cache = Vec::new();
-    /// let got = queue.alloc_batch(&Alloc::new(0, 0), 8, &mut cache).unwrap();
-    /// assert!(got >= 1 && got == cache.len());
-    /// for rq in cache { queue.free(rq).unwrap(); }
-    /// ```
-    pub fn alloc_batch(
-        &self,
-        alloc: &Alloc,
-        nr: usize,
-        out: &mut impl Extend<Rq>,
-    ) -> Result<usize, TagError> {
-        let m = self.check_hctx(alloc.hctx)?;
-        // One at a time where a batch cannot honour the rules: reserved tags, a shallow
-        // limit, a fair share, or strict round-robin order (which batches do not keep).
-        let single = alloc.reserved
-            || alloc.shallow_depth.is_some()
-            || (self.sched.is_none()
-                && (self.set.is_shared() || self.set.flags().contains(TagSetFlags::ROUND_ROBIN)));
-        if single {
-            let mut got = 0;
-            while got < nr {
-                let Some(rq) = self.try_alloc(alloc)? else {
-                    break;
-                };
-                out.extend(core::iter::once(rq));
-                got += 1;
-            }
-            return Ok(got);
-        }
-        let (map, pool) = match &self.sched {
-            None => (&self.set.maps[m], self.set.id),
-            Some(sched) => (&sched.maps[m], sched.id),
-        };
-        let Some(batch) = map.get_batch(alloc.cpu, nr) else {
-            return Ok(0);
-        };
-        // Claim every request before handing any out: should `out` panic, the rest are
-        // ours already, and dropping the queue frees them.
-        for bit in batch.iter() {
-            let request = &map.requests[bit + map.nr_reserved];
-            // SAFETY: the batch gave us this tag alone.
-            let io = unsafe { request.io_mut() };
-            io.reset(alloc.cpu as u32, false);
-            if self.sched.is_some() {
-                io.sched_data = [0; 2];
-            }
-            request.claim(alloc.hctx as u32, self.id);
-        }
-        out.extend(batch.iter().map(|bit| {
-            let tag = bit + map.nr_reserved;
-            let request = &map.requests[tag];
-            Rq::new(pool, m, tag, request.allocation())
-        }));
-        Ok(batch.len())
     }
 
     // ----- token resolution -----
@@ -1097,6 +725,8 @@ impl<T, P: Platform> QueueTags<T, P> {
     ) -> Result<(), TagError> {
         // SAFETY: the caller holds the request's token.
         let counted = unsafe { request.io_mut() }.counted;
+        // INVARIANT: the slot is cleared before the driver tag goes back, so it never points
+        // at a request that no longer holds the tag.
         self.set.maps[m].rqs[driver_tag].store(ptr::null_mut(), Ordering::Release);
         request.set_driver_tag(NO_TAG);
         self.put_driver_tag_raw(m, driver_tag, cpu, counted)
@@ -1163,6 +793,7 @@ impl<T, P: Platform> QueueTags<T, P> {
         else {
             return Ok(false);
         };
+        // INVARIANT: `counted` records whether `in_flight` counted this tag, for the free.
         io.counted = counted;
         self.set.maps[m].rqs[tag].store(ptr::from_ref(request).cast_mut(), Ordering::Release);
         request.set_driver_tag(tag as u32);
@@ -1266,256 +897,6 @@ impl<T, P: Platform> QueueTags<T, P> {
     pub fn for_each_busy(&self, hctx: Option<usize>, mut f: impl FnMut(BusyRq<'_, T>) -> bool) {
         self.set.busy_iter(hctx, Some(self.id), &mut f);
     }
-
-    // ----- scheduler tags -----
-
-    /// Gives the queue scheduler tags of `nr_requests` (default `2 * min(depth, 128)`, as
-    /// Linux) per map, preallocating their requests with `init_request`. From now on
-    /// requests come from them, and take driver tags at dispatch.
-    ///
-    /// # Errors
-    /// [`ConfigError::BadNrRequests`] for 0 or above [`MAX_SCHED_DEPTH`], or not above the
-    /// reserved tags; [`ConfigError::NoScheduler`] when the set was made with
-    /// [`TagSetFlags::NO_SCHED`]; [`ConfigError::SchedulerBusy`] when scheduler tags the
-    /// queue already has still have requests out (they stay). Replacing idle scheduler tags
-    /// frees them.
-    ///
-    /// ```
-    /// use blkmq_core::{Alloc, ConfigError, StdPlatform, TagSet};
-    ///
-    /// let set = TagSet::builder(32).build(StdPlatform::new(), |_| ()).unwrap();
-    /// let mut queue = set.attach().unwrap();
-    /// queue.attach_scheduler(None, |init| assert!(init.scheduler)).unwrap();
-    /// assert_eq!(queue.nr_requests(), Some(64)); // 2 x depth
-    /// let rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
-    /// assert_eq!((queue.sched_busy(), set.busy()), (1, 0)); // no driver tag yet
-    /// queue.free(rq).unwrap();
-    /// let err = queue.attach_scheduler(Some(0), |_| ()).unwrap_err();
-    /// assert!(matches!(err, ConfigError::BadNrRequests { nr_requests: 0, .. }));
-    /// ```
-    pub fn attach_scheduler(
-        &mut self,
-        nr_requests: Option<usize>,
-        mut init_request: impl FnMut(RequestInit) -> T,
-    ) -> Result<(), ConfigError> {
-        if self.set.flags().contains(TagSetFlags::NO_SCHED) {
-            return Err(ConfigError::NoScheduler);
-        }
-        let depth = self.set.depth();
-        let nr_requests = nr_requests.unwrap_or(2 * depth.min(128));
-        if nr_requests == 0 || nr_requests > MAX_SCHED_DEPTH || nr_requests <= self.set.reserved() {
-            return Err(ConfigError::BadNrRequests {
-                nr_requests,
-                max: MAX_SCHED_DEPTH,
-            });
-        }
-        // Checked before anything is made: scheduler tags with requests out stay.
-        if self.sched_busy() != 0 {
-            return Err(ConfigError::SchedulerBusy);
-        }
-        let id = next_pool_id().ok_or(ConfigError::IdentitiesExhausted)?;
-        let maps = (0..self.set.maps.len())
-            .map(|map| {
-                let params = MapParams {
-                    depth: nr_requests,
-                    reserved: self.set.reserved(),
-                    nr_cpus: self.set.nr_cpus(),
-                    round_robin: false,
-                    driver: false,
-                    map,
-                    // Declared by the elevator (`set_min_shallow_depth`) before it limits.
-                    min_shallow_depth: None,
-                };
-                TagMap::new(&params, &mut init_request)
-            })
-            .collect::<Result<Box<[_]>, _>>()?;
-        if self.sched.is_some() {
-            // Idle (checked above): freeing them needs only the iteration lock.
-            let _guard = self.set.iter_lock.lock();
-            self.sched = None;
-        }
-        self.sched = Some(SchedTags { id, maps });
-        Ok(())
-    }
-
-    /// Requests one map spans in the key space: the larger of the driver and scheduler
-    /// arrays.
-    fn key_stride(&self) -> usize {
-        let driver = self.maps().first().map_or(0, |m| m.requests.len());
-        let sched = self
-            .sched
-            .as_ref()
-            .and_then(|s| s.maps.first())
-            .map_or(0, |m| m.requests.len());
-        driver.max(sched)
-    }
-
-    /// A dense index of the request `rq` names, below [`nr_keys`](Self::nr_keys): its map
-    /// times the largest array, plus its tag.
-    ///
-    /// ```
-    /// use blkmq_core::{Alloc, StdPlatform, TagSet};
-    ///
-    /// let set = TagSet::builder(4).hw_queues(2).build(StdPlatform::new(), |_| ()).unwrap();
-    /// let queue = set.attach().unwrap();
-    /// let rq = queue.alloc(&Alloc::new(1, 0)).unwrap();
-    /// assert_eq!(queue.key_of(&rq), 4 + rq.tag() as usize);
-    /// assert_eq!(queue.nr_keys(), 8);
-    /// queue.free(rq).unwrap();
-    /// ```
-    pub fn key_of(&self, rq: &Rq) -> usize {
-        rq.map() * self.key_stride() + rq.index()
-    }
-
-    /// How many distinct [`key_of`](Self::key_of) values this queue's requests can have.
-    pub fn nr_keys(&self) -> usize {
-        self.maps().len() * self.key_stride()
-    }
-
-    /// Frees the scheduler tags; requests come from driver tags again.
-    ///
-    /// # Errors
-    /// [`TagError::NoScheduler`] without scheduler tags; [`TagError::Busy`] while any of
-    /// their requests is out.
-    ///
-    /// ```
-    /// use blkmq_core::{Alloc, StdPlatform, TagError, TagSet};
-    ///
-    /// let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
-    /// let mut queue = set.attach().unwrap();
-    /// assert_eq!(queue.detach_scheduler().unwrap_err(), TagError::NoScheduler);
-    /// queue.attach_scheduler(None, |_| ()).unwrap();
-    /// let rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
-    /// assert_eq!(queue.detach_scheduler().unwrap_err(), TagError::Busy);
-    /// queue.free(rq).unwrap();
-    /// queue.detach_scheduler().unwrap();
-    /// assert!(!queue.has_scheduler());
-    /// ```
-    pub fn detach_scheduler(&mut self) -> Result<(), TagError> {
-        let sched = self.sched.as_ref().ok_or(TagError::NoScheduler)?;
-        if sched.maps.iter().any(|m| m.busy() != 0) {
-            return Err(TagError::Busy);
-        }
-        let _guard = self.set.iter_lock.lock();
-        self.sched = None;
-        Ok(())
-    }
-
-    /// Whether the queue has scheduler tags.
-    ///
-    /// ```
-    /// use blkmq_core::{StdPlatform, TagSet};
-    ///
-    /// let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
-    /// let mut queue = set.attach().unwrap();
-    /// assert!(!queue.has_scheduler());
-    /// queue.attach_scheduler(None, |_| ()).unwrap();
-    /// assert!(queue.has_scheduler());
-    /// ```
-    pub fn has_scheduler(&self) -> bool {
-        self.sched.is_some()
-    }
-
-    /// Scheduler requests per map (`nr_requests`), when there are scheduler tags.
-    ///
-    /// ```
-    /// use blkmq_core::{StdPlatform, TagSet};
-    ///
-    /// let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
-    /// let mut queue = set.attach().unwrap();
-    /// assert_eq!(queue.nr_requests(), None);
-    /// queue.attach_scheduler(Some(24), |_| ()).unwrap();
-    /// assert_eq!(queue.nr_requests(), Some(24));
-    /// ```
-    pub fn nr_requests(&self) -> Option<usize> {
-        self.sched.as_ref().map(|s| s.maps[0].depth())
-    }
-
-    /// Changes `nr_requests` within the depth the scheduler tags were made with.
-    ///
-    /// # Errors
-    /// [`ConfigError::BadDepthUpdate`] outside it; [`ConfigError::BadNrRequests`] without
-    /// scheduler tags.
-    ///
-    /// ```
-    /// use blkmq_core::{ConfigError, StdPlatform, TagSet};
-    ///
-    /// let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
-    /// let mut queue = set.attach().unwrap();
-    /// assert!(matches!(queue.set_nr_requests(4), Err(ConfigError::BadNrRequests { .. })));
-    /// queue.attach_scheduler(Some(32), |_| ()).unwrap();
-    /// queue.set_nr_requests(8).unwrap();
-    /// assert_eq!(queue.nr_requests(), Some(8));
-    /// assert!(queue.set_nr_requests(33).is_err()); // beyond the depth they were made with
-    /// ```
-    pub fn set_nr_requests(&self, nr_requests: usize) -> Result<(), ConfigError> {
-        let sched = self.sched.as_ref().ok_or(ConfigError::BadNrRequests {
-            nr_requests,
-            max: MAX_SCHED_DEPTH,
-        })?;
-        for map in sched.maps.iter() {
-            map.resize(nr_requests)?;
-        }
-        Ok(())
-    }
-
-    /// Declares the smallest shallow limit allocations will use on the scheduler tags (an
-    /// elevator's `depth_updated`), which sizes the wake-up batch so none is lost.
-    ///
-    /// # Errors
-    /// [`ConfigError::BadNrRequests`] without scheduler tags; [`ConfigError::BadShallowDepth`]
-    /// for 0 or beyond the normal scheduler tags (`nr_requests` less the reserved ones).
-    ///
-    /// ```
-    /// use blkmq_core::{ConfigError, StdPlatform, TagSet};
-    ///
-    /// let set = TagSet::builder(16).reserved(2).build(StdPlatform::new(), |_| ()).unwrap();
-    /// let mut queue = set.attach().unwrap();
-    /// assert!(queue.set_min_shallow_depth(4).is_err()); // no scheduler tags
-    /// queue.attach_scheduler(Some(16), |_| ()).unwrap();
-    /// queue.set_min_shallow_depth(4).unwrap();
-    /// let err = queue.set_min_shallow_depth(15).unwrap_err(); // 14 normal tags
-    /// assert_eq!(err, ConfigError::BadShallowDepth { shallow_depth: 15, depth: 14 });
-    /// ```
-    pub fn set_min_shallow_depth(&self, depth: usize) -> Result<(), ConfigError> {
-        let sched = self.sched.as_ref().ok_or(ConfigError::BadNrRequests {
-            nr_requests: 0,
-            max: MAX_SCHED_DEPTH,
-        })?;
-        let limit = sched.maps[0].normal.depth();
-        if depth == 0 || depth > limit {
-            return Err(ConfigError::BadShallowDepth {
-                shallow_depth: depth,
-                depth: limit,
-            });
-        }
-        for map in sched.maps.iter() {
-            map.normal.set_min_shallow_depth(depth);
-        }
-        Ok(())
-    }
-
-    /// Scheduler requests out, over every map.
-    ///
-    /// ```
-    /// use blkmq_core::{Alloc, StdPlatform, TagSet};
-    ///
-    /// let set = TagSet::builder(8).hw_queues(2).build(StdPlatform::new(), |_| ()).unwrap();
-    /// let mut queue = set.attach().unwrap();
-    /// assert_eq!(queue.sched_busy(), 0);
-    /// queue.attach_scheduler(None, |_| ()).unwrap();
-    /// let a = queue.alloc(&Alloc::new(0, 0)).unwrap();
-    /// let b = queue.alloc(&Alloc::new(1, 0)).unwrap();
-    /// assert_eq!(queue.sched_busy(), 2);
-    /// queue.free(a).unwrap();
-    /// queue.free(b).unwrap();
-    /// assert_eq!(queue.sched_busy(), 0);
-    /// ```
-    pub fn sched_busy(&self) -> usize {
-        self.sched
-            .as_ref()
-            .map_or(0, |s| s.maps.iter().map(TagMap::busy).sum())
-    }
 }
 
 // SAFETY: `maps` is a shared borrow of the set that `set` (an `Arc`) owns; sending or sharing
@@ -1554,7 +935,8 @@ impl<T, P: Platform> Drop for QueueTags<T, P> {
                     });
                 }
             }
-            // Scheduler tags go while the lock is held: no iterator can be inside them.
+            // INVARIANT: scheduler tags go while the lock is held, every driver slot into
+            // them cleared above: no iterator can be inside them.
             self.sched = None;
         }
         for m in 0..self.activity.len() {
@@ -1611,94 +993,5 @@ impl<T, P: Platform> fmt::Debug for QueueTags<T, P> {
             .field("id", &self.id)
             .field("scheduler", &self.sched.is_some())
             .finish_non_exhaustive()
-    }
-}
-
-/// The future of [`QueueTags::alloc_async`].
-///
-/// ```
-/// use blkmq_core::{Alloc, StdPlatform, TagSet};
-/// use std::future::Future;
-/// use std::pin::pin;
-/// use std::task::{Context, Poll, Waker};
-///
-/// let set = TagSet::builder(4).build(StdPlatform::new(), |_| ()).unwrap();
-/// let queue = set.attach().unwrap();
-/// let future = pin!(queue.alloc_async(Alloc::new(0, 0)));
-/// let Poll::Ready(Ok(rq)) = future.poll(&mut Context::from_waker(Waker::noop())) else {
-///     panic!("a tag is free");
-/// };
-/// queue.free(rq).unwrap();
-/// ```
-pub struct AllocFuture<'q, T, P: Platform> {
-    queue: &'q QueueTags<T, P>,
-    alloc: Alloc,
-    waiter: Option<Waiter<'q, P::RawMutex>>,
-    /// The map on whose `share_waiters` this future counts, while it does.
-    share_map: Option<usize>,
-}
-
-impl<T, P: Platform> AllocFuture<'_, T, P> {
-    fn stop_sharing(&mut self) {
-        if let Some(m) = self.share_map.take() {
-            self.queue.activity[m]
-                .share_waiters
-                .fetch_sub(1, Ordering::SeqCst);
-        }
-    }
-}
-
-impl<T, P: Platform> Drop for AllocFuture<'_, T, P> {
-    fn drop(&mut self) {
-        self.stop_sharing();
-    }
-}
-
-impl<T, P: Platform> Future for AllocFuture<'_, T, P> {
-    type Output = Result<Rq, TagError>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.get_mut();
-        let queue = this.queue;
-        let alloc = this.alloc;
-        if this.waiter.is_none() {
-            // Errors (a bad queue index, no reserved tags) come back at once, not after a wait.
-            if let Some(rq) = queue.try_alloc(&alloc)? {
-                return Poll::Ready(Ok(rq));
-            }
-            let wait_queue = queue.wait_queue(&alloc)?;
-            let m = queue.set.map_index(alloc.hctx);
-            if queue.sched.is_none() && !alloc.reserved && queue.set.is_shared() {
-                // Before the waiter's attempts: see `Activity::share_waiters`.
-                queue.activity[m]
-                    .share_waiters
-                    .fetch_add(1, Ordering::SeqCst);
-                this.share_map = Some(m);
-            }
-            let hint = match &queue.sched {
-                None => queue.set.maps[m].hint(alloc.cpu),
-                Some(sched) => sched.maps[m].hint(alloc.cpu),
-            };
-            this.waiter = Some(wait_queue.waiter(hint));
-        }
-        let waiter = this.waiter.as_mut().expect("set above");
-        let polled = waiter.poll_get_with(cx, || match queue.try_alloc(&alloc) {
-            Ok(Some(rq)) => Some(Ok(rq)),
-            Ok(None) => None,
-            Err(e) => Some(Err(e)),
-        });
-        if polled.is_ready() {
-            this.stop_sharing();
-        }
-        polled
-    }
-}
-
-impl<T, P: Platform> fmt::Debug for AllocFuture<'_, T, P> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AllocFuture")
-            .field("alloc", &self.alloc)
-            .field("waiting", &self.waiter.is_some())
-            .finish()
     }
 }
