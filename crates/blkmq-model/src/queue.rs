@@ -31,7 +31,7 @@
 //! * each queue's usage equals the requests allocated to it (its scheduler tags in use with
 //!   an elevator, else its driver tags), the queues' usage adds up to the driver tags in use
 //!   (with elevators, to no fewer), each requeue list holds exactly the requests requeued
-//!   without a kick, and [`RequestQueue::timeouts`] counts what fired;
+//!   without a kick, and [`RequestQueue::timed_out`] counts what fired;
 //! * a timeout check fires exactly for the requests the driver holds whose deadline passed;
 //! * nothing is stranded: no hardware queue that may dispatch (not quiesced, not stopped)
 //!   has work while the driver holds nothing and no kick is pending; a kick run runs
