@@ -18,68 +18,25 @@
 //! elevator's last request and stops never strands a request inserted meanwhile.
 //!
 //! The library's locks are `lock_api::Mutex<P::RawMutex, _>`. A spin lock on `core` atomics
-//! would spin where loom cannot see it, so the platform here supplies [`LoomRawMutex`], whose
-//! state is a loom atomic and whose waiting yields to loom's scheduler.
+//! would spin where loom cannot see it, so the platform here supplies
+//! [`blkmq_core::testing::LoomRawMutex`], whose state is a loom atomic and whose waiting
+//! yields to loom's scheduler.
 
 #![cfg(loom)]
 
 use std::cell::Cell;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use std::collections::VecDeque;
 
+use blkmq_core::testing::LoomRawMutex;
 use blkmq_core::{
     Bio, Driver, Elevator, ElvCx, HctxCx, Host, Op, Platform, QueueConfig, QueueLimits, Rejected,
     Request, RequestInit, RequestQueue, Rq, Status, TagSet, TagSetBuilder, TagSetFlags,
 };
 use loom::sync::Mutex;
-use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::thread;
-
-/// A raw lock loom can see: a loom `AtomicBool`, spun on with `yield_now`.
-///
-/// `lock_api::RawMutex::INIT` must be a constant, and loom's atomics are not constructible in
-/// a constant (they register with the running model). So the flag is made on first use,
-/// behind a `OnceLock` (whose `new` is `const`). Loom runs every model thread on one OS
-/// thread and switches only at its own operations; making a loom atomic is not one, so the
-/// lazy initialisation is never interleaved. Every lock is made inside the model, so its flag
-/// belongs to the iteration that uses it.
-struct LoomRawMutex {
-    locked: OnceLock<AtomicBool>,
-}
-
-impl LoomRawMutex {
-    fn flag(&self) -> &AtomicBool {
-        self.locked.get_or_init(|| AtomicBool::new(false))
-    }
-}
-
-// SAFETY: `lock` returns only after this thread changed the flag from false to true with
-// acquire ordering, and `unlock` (called by the holder only) stores false with release
-// ordering, so at most one holder exists at a time and each sees the previous one's writes.
-unsafe impl lock_api::RawMutex for LoomRawMutex {
-    const INIT: Self = Self {
-        locked: OnceLock::new(),
-    };
-
-    type GuardMarker = lock_api::GuardSend;
-
-    fn lock(&self) {
-        while !self.try_lock() {
-            thread::yield_now();
-        }
-    }
-
-    fn try_lock(&self) -> bool {
-        self.flag()
-            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_ok()
-    }
-
-    unsafe fn unlock(&self) {
-        self.flag().store(false, Ordering::Release);
-    }
-}
 
 loom::thread_local! {
     /// The CPU the calling model thread runs on (0 unless it says otherwise).
