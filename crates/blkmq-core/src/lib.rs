@@ -50,6 +50,7 @@ extern crate alloc;
 extern crate std;
 
 mod bio;
+mod completion;
 mod driver;
 mod elevator;
 mod error;
@@ -67,6 +68,7 @@ mod tagset;
 pub mod testing;
 
 pub use bio::{Bio, BioFlags, EndIo, IoPrio, IoPrioClass, IssuerId, Op, SECTOR_SIZE, Status};
+pub use completion::Completion;
 pub use driver::{Driver, HctxCx, Rejected, RqBatch, TimeoutAction};
 pub use elevator::{Elevator, ElvCx, TunableError};
 pub use error::{ConfigError, TagError};
@@ -77,7 +79,7 @@ pub use platform::StdPlatform;
 pub use platform::{NoPlatform, Platform};
 pub use queue::{
     Host, PLUG_FLUSH_BYTES, PLUG_MAX, PLUG_MAX_MULTI, Plug, QueueConfig, RESOURCE_DELAY_NS,
-    RequestQueue, RestartSet, TagsGuard,
+    RequestQueue, RestartSet, SubmitFuture, TagsGuard,
 };
 pub use queue_map::{QueueMap, QueueMaps, QueueType};
 pub use queue_tags::{Alloc, AllocFuture, QueueTags};

@@ -18,6 +18,7 @@
 //! | `complete.rs` | ending requests, polling | `blk_mq_end_request`, `blk_mq_poll` |
 //! | `requeue.rs` | the requeue list | `blk_mq_requeue_request` |
 //! | `timeout.rs` | deadlines | `blk-timeout.c` |
+//! | `wait.rs` | submitters waiting for room and for their own I/O | `submit_bio_wait`, `blk_queue_enter` |
 //! | `runtime.rs` | changes at run time | `blk_mq_update_nr_requests` |
 //!
 //! Which bios and requests may merge is in `merge.rs`, beside the queue.
@@ -76,12 +77,14 @@ mod submit;
 mod tests;
 mod timeout;
 mod usage;
+mod wait;
 
 pub use config::QueueConfig;
 pub use host::Host;
 pub use plug::{PLUG_FLUSH_BYTES, PLUG_MAX, PLUG_MAX_MULTI, Plug};
 pub use restart::{RESOURCE_DELAY_NS, RestartSet};
 pub use usage::TagsGuard;
+pub use wait::SubmitFuture;
 
 type Raw<D> = <<D as Driver>::Platform as Platform>::RawMutex;
 type Lock<D, X> = lock_api::Mutex<Raw<D>, X>;
@@ -206,6 +209,8 @@ pub struct RequestQueue<D: Driver> {
     requeue: Lock<D, VecDeque<Rq>>,
     splits: SplitPool<Raw<D>>,
     timed_out: AtomicU64,
+    /// Submitters waiting for the queue to thaw (see `wait.rs`).
+    thaw: wait::Thaw<D>,
 }
 
 // SAFETY: the `UnsafeCell` around the tags is written only while no other thread can reach
@@ -314,6 +319,7 @@ impl<D: Driver> RequestQueue<D> {
             requeue: lock_api::Mutex::new(VecDeque::with_capacity(capacity)),
             splits: SplitPool::new(2 * capacity),
             timed_out: AtomicU64::new(0),
+            thaw: lock_api::Mutex::new(wait::ThawList::default()),
         });
         slots[slot] = Some(Arc::downgrade(&queue));
         Ok(queue)

@@ -13,7 +13,7 @@ use super::dispatch::Issued;
 use super::plug::Plug;
 use super::usage::UsageRef;
 
-use super::{RequestQueue, SwCtx, wait_a_little};
+use super::{RequestQueue, SwCtx};
 
 /// Requests merged by a reverse scan of a software queue, at most (Linux's 8).
 const CTX_MERGE_SCAN: usize = 8;
@@ -29,7 +29,7 @@ impl<D: Driver> RequestQueue<D> {
 
     /// The CPU and the hardware queue for a bio.
     #[inline(always)]
-    fn place(&self, bio: &Bio) -> Option<(usize, usize, QueueType)> {
+    pub(super) fn place(&self, bio: &Bio) -> Option<(usize, usize, QueueType)> {
         let cpu = self.cpu();
         let (kind, hctx) = self.maps.select(cpu, bio.op, bio.flags);
         if !self.hctxs[hctx].inactive.load(Ordering::Relaxed) {
@@ -108,41 +108,6 @@ impl<D: Driver> RequestQueue<D> {
     /// ```
     pub fn submit_plugged<'q>(&'q self, plug: &mut Plug<'q, D>, bio: Bio) -> Result<(), Bio> {
         self.submit_inner(bio, Some(plug))
-    }
-
-    /// Submits a bio, waiting (spinning, with `std` yielding the thread) while it cannot go
-    /// in. A bio marked [`BioFlags::NOWAIT`] ends with [`Status::Again`] instead of waiting.
-    ///
-    /// ```
-    /// # use blkmq_core::*;
-    /// # use blkmq_core::testing::Null;
-    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null::new()).unwrap();
-    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
-    /// # use std::sync::Mutex;
-    /// static ENDED: Mutex<Vec<(u64, Status)>> = Mutex::new(Vec::new());
-    /// fn done(bio: Bio, status: Status) {
-    ///     ENDED.lock().unwrap().push((bio.sector, status));
-    /// }
-    /// queue.freeze_start();
-    /// queue.submit_wait(Bio::new(Op::Read, 0, 8).flags(BioFlags::NOWAIT).end_io(done));
-    /// assert_eq!(*ENDED.lock().unwrap(), [(0, Status::Again)]);
-    /// queue.unfreeze();
-    /// queue.submit_wait(Bio::new(Op::Read, 8, 8).end_io(done));
-    /// assert_eq!(ENDED.lock().unwrap()[1], (8, Status::Ok));
-    /// ```
-    pub fn submit_wait(&self, mut bio: Bio) {
-        loop {
-            match self.submit(bio) {
-                Ok(()) => return,
-                Err(back) if back.flags.contains(BioFlags::NOWAIT) => {
-                    self.splits.end(back, Status::Again);
-                    return;
-                }
-                Err(back) => bio = back,
-            }
-            self.kick_requeue_list();
-            wait_a_little();
-        }
     }
 
     fn submit_inner<'q>(&'q self, bio: Bio, mut plug: Option<&mut Plug<'q, D>>) -> Result<(), Bio> {

@@ -160,6 +160,9 @@ impl<D: Driver> RequestQueue<D> {
             1 => {
                 *depth = 0;
                 self.usage.fetch_and(!FROZEN, Ordering::SeqCst);
+                drop(depth);
+                // Submitters asleep on the frozen queue try again.
+                self.wake_thawed();
             }
             _ => *depth -= 1,
         }
