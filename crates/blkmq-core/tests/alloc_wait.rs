@@ -24,8 +24,8 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::thread::{self, Thread};
 
 use blkmq_core::{
-    Alloc, Bio, Driver, HctxCx, Host, Op, Platform, QueueConfig, QueueLimits, Rejected, RequestInit,
-    RequestQueue, Rq, Status, TagSet,
+    Alloc, Bio, Driver, HctxCx, Host, Op, Platform, QueueConfig, QueueLimits, Rejected,
+    RequestInit, RequestQueue, Rq, Status, TagSet,
 };
 
 struct Counting;
@@ -215,7 +215,11 @@ fn warm_wait_queues(queue: &Queue) {
 
 /// A bio of 8 sectors for the `i`-th I/O, far from its neighbours so nothing merges.
 fn bio(i: u64) -> Bio {
-    Bio::new(if i % 2 == 0 { Op::Read } else { Op::Write }, (i * 4096) % (1 << 20), 8)
+    Bio::new(
+        if i % 2 == 0 { Op::Read } else { Op::Write },
+        (i * 4096) % (1 << 20),
+        8,
+    )
 }
 
 fn waiting_submit_allocates_nothing(elevator: bool) {

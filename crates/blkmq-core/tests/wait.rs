@@ -14,7 +14,7 @@ use std::thread::{self, Thread};
 
 use blkmq_core::testing::Hold;
 use blkmq_core::{
-    Bio, BioFlags, Host, Op, QueueConfig, QueueLimits, RequestQueue, StdPlatform, Status, TagSet,
+    Bio, BioFlags, Host, Op, QueueConfig, QueueLimits, RequestQueue, Status, StdPlatform, TagSet,
 };
 
 type Queue = RequestQueue<Hold<StdPlatform>>;
@@ -39,6 +39,15 @@ fn serve(queue: &Queue, stop: &AtomicBool, status: impl Fn(u64) -> Status) {
     }
 }
 
+/// Sets its flag when dropped: the driver thread stops even when a check fails.
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
 /// Waits until the driver holds `n` requests, and takes them.
 fn take(queue: &Queue, n: usize) -> Vec<blkmq_core::Rq> {
     let mut held = Vec::new();
@@ -52,7 +61,9 @@ fn take(queue: &Queue, n: usize) -> Vec<blkmq_core::Rq> {
 #[test]
 fn every_status_reaches_the_waiter() {
     let host = host(8);
-    let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    let queue = host
+        .add_queue(QueueConfig::new(QueueLimits::new(1024)))
+        .unwrap();
     let statuses = [
         Status::Ok,
         Status::IoErr,
@@ -124,7 +135,9 @@ fn two_threads_wait_for_their_own_io_while_the_driver_ends_it_elsewhere() {
     const PER_THREAD: u64 = 500;
     // One tag: the two submitters take turns, each sleeping for the tag in between.
     let host = host(1);
-    let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1 << 20))).unwrap();
+    let queue = host
+        .add_queue(QueueConfig::new(QueueLimits::new(1 << 20)))
+        .unwrap();
     let stop = AtomicBool::new(false);
     let failed = AtomicU64::new(0);
     thread::scope(|s| {
@@ -138,6 +151,7 @@ fn two_threads_wait_for_their_own_io_while_the_driver_ends_it_elsewhere() {
                 }
             })
         });
+        let stop_driver = StopOnDrop(&stop);
         let submitters: Vec<_> = (0..2u64)
             .map(|t| {
                 let (queue, failed) = (&queue, &failed);
@@ -145,18 +159,23 @@ fn two_threads_wait_for_their_own_io_while_the_driver_ends_it_elsewhere() {
                     for i in 0..PER_THREAD {
                         let n = t * PER_THREAD + i;
                         let status = queue.submit_and_wait(Bio::new(Op::Write, n * 8, 8));
-                        let expected = if n % 5 == 0 { Status::IoErr } else { Status::Ok };
+                        let expected = if n % 5 == 0 {
+                            Status::IoErr
+                        } else {
+                            Status::Ok
+                        };
                         assert_eq!(status, expected, "I/O {n}");
                         failed.fetch_add(u64::from(!status.is_ok()), Ordering::Relaxed);
                     }
                 })
             })
             .collect();
-        for submitter in submitters {
-            submitter.join().unwrap();
-        }
-        stop.store(true, Ordering::Release);
+        let joined: Vec<_> = submitters.into_iter().map(|s| s.join()).collect();
+        drop(stop_driver);
         driver.join().unwrap();
+        for submitter in joined {
+            submitter.unwrap();
+        }
     });
     assert_eq!(failed.load(Ordering::Relaxed), 2 * PER_THREAD / 5);
     assert_eq!(
@@ -208,7 +227,9 @@ fn run_all<F: Future>(futures: Vec<Pin<&mut F>>, waker: &Waker) -> Vec<F::Output
 fn async_submissions_on_a_tiny_executor_wait_for_tags_and_their_ends() {
     // Eight submissions, two tags: six wait for a tag, woken through the waker.
     let host = host(2);
-    let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    let queue = host
+        .add_queue(QueueConfig::new(QueueLimits::new(1024)))
+        .unwrap();
     let stop = AtomicBool::new(false);
     let unpark = Arc::new(Unpark {
         thread: thread::current(),
@@ -225,15 +246,16 @@ fn async_submissions_on_a_tiny_executor_wait_for_tags_and_their_ends() {
                 }
             })
         });
+        let stop_driver = StopOnDrop(&stop);
         let mut futures: Vec<_> = (0..8u64)
             .map(|i| Box::pin(queue.submit_async(Bio::new(Op::Read, i * 8, 8))))
             .collect();
         let outputs = run_all(futures.iter_mut().map(|f| f.as_mut()).collect(), &waker);
         let mut expected = vec![Status::Ok; 8];
         expected[3] = Status::Medium;
-        assert_eq!(outputs, expected);
-        stop.store(true, Ordering::Release);
+        drop(stop_driver);
         driver.join().unwrap();
+        assert_eq!(outputs, expected);
     });
     assert!(unpark.wakes.load(Ordering::Relaxed) > 0);
     assert_eq!((host.set().busy(), queue.usage()), (0, 0));
@@ -242,7 +264,9 @@ fn async_submissions_on_a_tiny_executor_wait_for_tags_and_their_ends() {
 #[test]
 fn a_noop_waker_future_resolves_once_the_driver_ends_the_bio() {
     let host = host(1);
-    let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    let queue = host
+        .add_queue(QueueConfig::new(QueueLimits::new(1024)))
+        .unwrap();
     let mut cx = Context::from_waker(Waker::noop());
     let mut first = pin!(queue.submit_async(Bio::new(Op::Write, 0, 8)));
     let mut second = pin!(queue.submit_async(Bio::new(Op::Write, 64, 8)));
@@ -255,7 +279,10 @@ fn a_noop_waker_future_resolves_once_the_driver_ends_the_bio() {
     let rq = host.driver().take().pop().unwrap();
     assert_eq!(queue.io(&rq).unwrap().sector(), 64);
     queue.end_request(rq, Status::Protection);
-    assert_eq!(second.as_mut().poll(&mut cx), Poll::Ready(Status::Protection));
+    assert_eq!(
+        second.as_mut().poll(&mut cx),
+        Poll::Ready(Status::Protection)
+    );
 }
 
 static DROPPED: Mutex<Vec<(u64, Status)>> = Mutex::new(Vec::new());
@@ -267,7 +294,9 @@ fn dropped_end(bio: Bio, status: Status) {
 #[test]
 fn a_frozen_queue_puts_waiters_to_sleep_until_it_thaws() {
     let host = host(4);
-    let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    let queue = host
+        .add_queue(QueueConfig::new(QueueLimits::new(1024)))
+        .unwrap();
     queue.freeze_start();
     // NOWAIT: refused at once with `Again`, nothing waits.
     let nowait = Bio::new(Op::Read, 0, 8).flags(BioFlags::NOWAIT);
