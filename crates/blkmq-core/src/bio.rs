@@ -270,6 +270,20 @@ impl fmt::Display for Status {
 /// Handing the bio back lets the submitter recover its payload and reuse the bio, so a
 /// completion allocates nothing.
 ///
+/// # Reaching the submitter
+///
+/// The bio's [`private`](Bio::private) word is the submitter's context: a key, or the
+/// address of something the submitter owns for the I/O's duration, cast to `u64` (a pointer
+/// fits on every target). The callback finds its waiter from it, with no table. For that
+/// to be sound, the submitter keeps what the address names alive, and in place, until the
+/// callback has run; the block layer ends every bio it takes exactly once (a split bio once,
+/// when its last piece ends); and the callback may run on any CPU, in whatever context the
+/// driver ends requests from (an interrupt handler in a kernel), so it must not sleep or take
+/// a lock the submitter may hold there. [`Completion`](crate::Completion) is such a context,
+/// ready made: lock-free on the ending side, and
+/// [`RequestQueue::submit_and_wait`](crate::RequestQueue::submit_and_wait) and
+/// [`submit_async`](crate::RequestQueue::submit_async) use it safely.
+///
 /// ```
 /// use blkmq_core::{Bio, EndIo, Op, Status};
 ///
@@ -319,7 +333,8 @@ pub struct Bio {
     /// Where this bio's data starts in the payload's buffer, in sectors: zero for a bio as
     /// submitted, the piece's distance from the start for a piece of a split bio.
     pub offset: u32,
-    /// Opaque data for the submitter's `end_io`.
+    /// Opaque data for the submitter's `end_io`: a key, or a context's address (see
+    /// [`EndIo`] for what a context must promise).
     pub private: u64,
     /// Called once when the bio ends.
     pub end_io: Option<EndIo>,

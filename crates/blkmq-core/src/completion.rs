@@ -5,9 +5,8 @@
 //!
 //! A [`Completion`] lives with its submitter (on its stack, in its future) for the I/O's
 //! duration. [`Completion::attach`] makes a bio carry the completion's address in its
-//! `private` word and [`Completion::end_io`]-like callback in `end_io`, keeping the bio's own
-//! callback and word to call first, so nothing is looked up in a table and nothing is
-//! allocated.
+//! `private` word and the completion's own callback in `end_io`, keeping the bio's callback
+//! and word to call first, so nothing is looked up in a table and nothing is allocated.
 //!
 //! The end may come on any CPU and in any context (an interrupt handler in a kernel), so the
 //! ending side never waits and takes no lock. One word holds the state:

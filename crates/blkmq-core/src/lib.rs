@@ -39,8 +39,10 @@
 //! ```
 //!
 //! # Features
-//! * `std` (default): [`StdPlatform`] and [`QueueTags::alloc_blocking`]. Everything else
-//!   is `no_std` + `alloc`; memory is allocated when tags are created, not per I/O.
+//! * `std` (default): [`StdPlatform`], [`QueueTags::alloc_blocking`], and submissions that
+//!   park the thread: [`RequestQueue::submit_wait`] and [`RequestQueue::submit_and_wait`].
+//!   Everything else is `no_std` + `alloc` (waiting there is [`RequestQueue::submit_async`],
+//!   a future for any executor); memory is allocated when tags are created, not per I/O.
 
 #![no_std]
 #![deny(unsafe_op_in_unsafe_fn)]

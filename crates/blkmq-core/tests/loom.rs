@@ -294,3 +294,48 @@ fn restart_set_strands_no_request() {
         });
     }
 }
+
+/// A bio ends on another thread (the interrupt) while its submitter waits on the bio's
+/// `Completion`: the waiter is always woken with the bio's status, and the completion can be
+/// dropped as soon as the wait returns (the ending side touches nothing after waking it).
+#[test]
+fn a_completion_wakes_its_waiter_whenever_the_bio_ends() {
+    use blkmq_core::{Bio, Completion, Op, Status};
+
+    model(|| {
+        let mut completion = Box::pin(Completion::new());
+        // SAFETY: the bio is ended once, by the thread below.
+        let bio = unsafe { completion.as_mut().attach(Bio::new(Op::Read, 0, 8)) };
+        let interrupt = thread::spawn(move || bio.complete(Status::Medium));
+        let status = loom::future::block_on(core::future::poll_fn(|cx| {
+            completion.as_ref().poll_status(cx)
+        }));
+        assert_eq!(status, Status::Medium);
+        drop(completion);
+        interrupt.join().unwrap();
+    });
+}
+
+/// Dropping a completion whose bio has not ended waits for the end instead of leaving the
+/// bio pointing at freed memory.
+#[test]
+fn dropping_a_completion_waits_for_its_bio() {
+    use blkmq_core::{Bio, Completion, Op, Status};
+
+    model(|| {
+        let ended = Arc::new(AtomicBool::new(false));
+        let mut completion = Box::pin(Completion::new());
+        // SAFETY: the bio is ended once, by the thread below.
+        let bio = unsafe { completion.as_mut().attach(Bio::new(Op::Write, 0, 8)) };
+        let interrupt = {
+            let ended = ended.clone();
+            thread::spawn(move || {
+                ended.store(true, Ordering::SeqCst);
+                bio.complete(Status::Ok);
+            })
+        };
+        drop(completion);
+        assert!(ended.load(Ordering::SeqCst));
+        interrupt.join().unwrap();
+    });
+}

@@ -18,6 +18,15 @@
 //!   another submitter took it first, the waiter waits again;
 //! * every split slot was taken: slots come free when a split parent ends, which is in the
 //!   completion of a request, before its tag is freed; so the tag wait above covers it.
+//!   Should a tag wait end without ever having to wait and the retry still come back (slots
+//!   held by pieces merged into fewer requests than tags), the future does not retry in a
+//!   loop: it wakes its own task and returns `Pending`, so it runs again after its executor's
+//!   other work, and waits for a tag again the time after.
+//!
+//! A waiter for a tag holds a usage reference, so a freeze started meanwhile drains only
+//! once that waiter has had its tag (when a request ends) and let go; a freeze from the same
+//! thread as a pending future (a single-threaded executor) would wait for ever, as it would
+//! for any request of that thread still in flight.
 //!
 //! Only the waker of the waiting task is stored (in the bitmap's wait queues or the thaw
 //! list), and both reuse their storage, so waiting allocates nothing once they have held as
