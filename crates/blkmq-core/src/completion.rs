@@ -251,7 +251,10 @@ impl Completion {
             );
             if state & DONE != 0 {
                 if state & WAKING != 0 {
-                    // The ending side is leaving with our old waker: be polled again.
+                    // The ending side is leaving with our old waker (a few instructions
+                    // from done): be polled again.
+                    #[cfg(loom)]
+                    loom::thread::yield_now();
                     cx.waker().wake_by_ref();
                     return Poll::Pending;
                 }
