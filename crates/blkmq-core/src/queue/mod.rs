@@ -183,6 +183,8 @@ struct SwCtx<D: Driver> {
 pub struct RequestQueue<D: Driver> {
     host: Arc<Host<D>>,
     slot: usize,
+    /// Its tags' identity, which the tags keep for the queue's life.
+    id: u32,
     limits: QueueLimits,
     maps: QueueMaps,
     hctxs: Box<[HwCtx<D>]>,
@@ -297,6 +299,7 @@ impl<D: Driver> RequestQueue<D> {
         let queue = Arc::new(Self {
             host: host.clone(),
             slot,
+            id: tags.id(),
             limits: config.limits,
             maps,
             hctxs,
@@ -317,6 +320,30 @@ impl<D: Driver> RequestQueue<D> {
         });
         slots[slot] = Some(Arc::downgrade(&queue));
         Ok(queue)
+    }
+
+    /// The queue's identity, unique while the process runs: its tags'
+    /// [`QueueTags::id`], which busy iteration reports as [`BusyRq::queue`](crate::BusyRq::queue).
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use blkmq_core::testing::Hold;
+    /// let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// let a = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// let b = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// assert_ne!(a.id(), b.id());
+    /// assert_eq!(a.id(), a.queue_tags().id());
+    /// b.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    /// let mut owners = Vec::new();
+    /// host.set().for_each_busy(|busy| {
+    ///     owners.push(busy.queue);
+    ///     true
+    /// });
+    /// assert_eq!(owners, [b.id()]);
+    /// # b.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)));
+    /// ```
+    pub fn id(&self) -> u32 {
+        self.id
     }
 
     /// The tags.

@@ -869,9 +869,12 @@ impl<T, P: Platform> QueueTags<T, P> {
         (request.is_allocated_to(self.id) && request.driver_tag() == tag as u32).then_some(request)
     }
 
-    /// Calls `f` for each of this queue's requests holding a driver tag, on `hctx` only or
-    /// on all; stops when `f` returns false (Linux's `blk_mq_queue_tag_busy_iter`). As for
-    /// [`TagSet::for_each_busy`], `f` runs under the set's iteration lock.
+    /// Calls `f` once for each of this queue's requests holding a driver tag, on `hctx` only
+    /// or on all, started or not; stops when `f` returns false (Linux's
+    /// `blk_mq_queue_tag_busy_iter`). It promises what [`TagSet::for_each_busy`] does: each
+    /// request at most once, and only those allocated (in flight, for the started ones) at
+    /// one same moment of the walk, so it never reports more than the queue held then. As
+    /// there, `f` runs under the set's iteration lock.
     ///
     /// ```
     /// use blkmq_core::{Alloc, StdPlatform, TagSet};
