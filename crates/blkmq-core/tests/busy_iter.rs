@@ -264,7 +264,7 @@ proptest! {
 fn threads_never_exceed_what_is_held(sched: bool) {
     const THREADS: usize = 3;
     const PER_THREAD: usize = 4;
-    const ROUNDS: usize = 3_000;
+    const ROUNDS: usize = 20_000;
     let set = set(24, 1, TagSetFlags::empty());
     let mut a = set.attach().unwrap();
     // A second queue, busy too: fair sharing caps each at 12, as the submitters' bound.
@@ -279,8 +279,9 @@ fn threads_never_exceed_what_is_held(sched: bool) {
     // Everyone starts together, so the walks overlap the submissions.
     let start = Barrier::new(THREADS + 1);
     std::thread::scope(|s| {
-        for _ in 0..THREADS {
-            s.spawn(|| {
+        for cpu in 0..THREADS {
+            let (a, start, done) = (&a, &start, &done);
+            s.spawn(move || {
                 start.wait();
                 let mut mine: Vec<Rq> = Vec::with_capacity(PER_THREAD);
                 for round in 0..ROUNDS {
@@ -288,7 +289,7 @@ fn threads_never_exceed_what_is_held(sched: bool) {
                         // The oldest ends; the newest ones stay, at higher tags or lower.
                         a.free(mine.remove(round % PER_THREAD)).unwrap();
                     }
-                    let Ok(mut rq) = a.alloc(&Alloc::new(0, 0)) else {
+                    let Ok(mut rq) = a.alloc(&Alloc::new(0, cpu)) else {
                         continue;
                     };
                     if sched {
@@ -329,6 +330,10 @@ fn threads_never_exceed_what_is_held(sched: bool) {
                         seen.insert(std::ptr::from_ref(busy.request).addr()),
                         "a request reported twice in one walk"
                     );
+                    // A slow callback: room for the submitters to end and start requests.
+                    for _ in 0..2_000 {
+                        std::hint::spin_loop();
+                    }
                     true
                 });
                 assert!(
