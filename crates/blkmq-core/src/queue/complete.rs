@@ -123,8 +123,7 @@ impl<D: Driver> RequestQueue<D> {
         let splits = &self.splits;
         let elevated = self.has_elevator.load(Ordering::Relaxed);
         // The driver's hook, the elevator's, the ending and the free share one look-up of
-        // the request (a request not ours has nothing to tell anybody: only the budget
-        // goes back).
+        // the request; a token not ours is refused by that look-up, before any of them.
         let mut hctx = 0;
         let first = |rq: &Rq, request: &Request<D::Payload>, io: &RqIo| {
             hctx = request.hctx();
