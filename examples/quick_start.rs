@@ -1,10 +1,12 @@
-// Quick start: a complete minimal driver on the std runtime, with BFQ, two threads
-// submitting and waiting. Nothing here kicks, runs a queue or keeps a timer: the
-// `StdPlatform` worker does (BFQ idles and asks for later runs; the worker makes them).
-//
-//     cargo run --example quick_start
-//
-// `tests/quick_start.rs` runs it.
+//! Quick start: a complete minimal driver on the std runtime, with BFQ, two threads
+//! submitting and waiting. Nothing here kicks, runs a queue or keeps a timer: the
+//! `StdPlatform` worker does (BFQ idles and asks for later runs; the worker makes them).
+//!
+//! ```text
+//! cargo run --example quick_start
+//! ```
+//!
+//! `tests/quick_start.rs` runs it.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -3,6 +3,29 @@
 //! A `no_std` library cannot ask which CPU it runs on, what time it is, or to have something
 //! run later. Everything in blkmq-core that needs one of those takes it from a [`Platform`],
 //! which a kernel, a hypervisor or a test implements once.
+//!
+//! # Embedding
+//!
+//! A kernel implements [`Platform`] and calls [`Host::service`](crate::Host::service):
+//!
+//! * Contexts: [`current_cpu`](Platform::current_cpu), the clocks, [`kick`](Platform::kick),
+//!   [`kick_after`](Platform::kick_after) and [`service_after`](Platform::service_after) may
+//!   be called from any context, interrupts included (a completion may kick). They only
+//!   queue work: none may run a hardware queue or call the service inline.
+//! * Locks: the library takes its own locks ([`Platform::RawMutex`], an IRQ-safe spinlock in
+//!   a kernel) for short sections only, never across a call into the driver or the
+//!   platform; a driver may take its own locks in `queue_rq` and complete from interrupts.
+//! * The service: from a thread or work item (kblockd), call
+//!   [`Host::service`](crate::Host::service) soon after a kick, once a `kick_after` or
+//!   `service_after` delay is over, and at the time it returns. Early calls are harmless;
+//!   calls may overlap. [`attach`](Platform::attach) hands the platform a weak handle to
+//!   it when a host is made, [`detach`](Platform::detach) says when one goes.
+//! * Never calling it: a queue that ran short with nothing in flight, and an elevator holding
+//!   work back (BFQ idling), stay stalled; a quiet queue keeps its share of a shared tag
+//!   set; timeouts never fire. Completions still rerun what waits for them. The stall shows:
+//!   [`Host::in_driver`](crate::Host::in_driver) is 0 while a queue
+//!   [`has_work`](crate::RequestQueue::has_work) (or its bios wait), and one call of the
+//!   service ends it.
 
 use alloc::sync::Weak;
 
