@@ -183,7 +183,7 @@ impl Driver for Null {
     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _last: bool) -> Result<(), Rejected> {
         if self.inline {
             self.requests.fetch_add(1, Ordering::Relaxed);
-            cx.queue().end_request(rq, Status::Ok);
+            cx.queue().end_request(rq, Status::Ok).unwrap();
             return Ok(());
         }
         let mut held = self.held.lock().unwrap();
@@ -244,7 +244,9 @@ fn scattered(i: u64) -> u64 {
 /// Ends everything the driver holds in one batch, through `spare` (room made once).
 fn end_held(host: &Host<Null>, queue: &RequestQueue<Null>, spare: &mut Vec<Rq>) {
     std::mem::swap(&mut *host.driver().held.lock().unwrap(), spare);
-    queue.end_requests(spare.drain(..).map(|rq| (rq, Status::Ok)));
+    queue
+        .end_requests(spare.drain(..).map(|rq| (rq, Status::Ok)))
+        .unwrap();
 }
 
 /// `rounds` rounds of `per_round` scattered bios submitted, then ended in one batch.

@@ -36,7 +36,7 @@ impl<D: Driver> RequestQueue<D> {
     /// #         if !self.0.swap(true, Ordering::Relaxed) {
     /// #             return Err(Rejected { rq, status: Status::Resource });
     /// #         }
-    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         cx.queue().end_request(rq, Status::Ok).unwrap();
     /// #         Ok(())
     /// #     }
     /// # }
@@ -144,7 +144,7 @@ impl<D: Driver> RequestQueue<D> {
     /// #         if !self.0.swap(true, Ordering::Relaxed) {
     /// #             return Err(Rejected { rq, status: Status::Resource });
     /// #         }
-    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         cx.queue().end_request(rq, Status::Ok).unwrap();
     /// #         Ok(())
     /// #     }
     /// # }

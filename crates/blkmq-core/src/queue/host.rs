@@ -29,7 +29,7 @@ use super::{EPOCH_SHIFT, IN_DRIVER, Lock, RequestQueue};
 ///     type Payload = ();
 ///     fn init_request(&self, _: RequestInit) {}
 ///     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
-///         cx.queue().end_request(rq, Status::Ok);
+///         cx.queue().end_request(rq, Status::Ok).unwrap();
 ///         Ok(())
 ///     }
 /// }
@@ -85,7 +85,7 @@ impl<D: Driver> Host<D> {
     ///     }
     ///     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
     ///         assert_eq!(*cx.request(&rq).unwrap().payload(), rq.tag() as usize);
-    ///         cx.queue().end_request(rq, Status::Ok);
+    ///         cx.queue().end_request(rq, Status::Ok).unwrap();
     ///         Ok(())
     ///     }
     /// }
@@ -131,7 +131,7 @@ impl<D: Driver> Host<D> {
     /// queue.submit(Bio::new(Op::Write, 0, 8)).unwrap();
     /// let held = host.driver().take(); // what `Hold` was given
     /// assert_eq!(held.len(), 1);
-    /// queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok)));
+    /// queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok))).unwrap();
     /// ```
     pub fn driver(&self) -> &D {
         &self.driver
@@ -148,7 +148,7 @@ impl<D: Driver> Host<D> {
     /// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(64))).unwrap();
     /// queue.submit(Bio::new(Op::Write, 0, 8)).unwrap();
     /// assert_eq!(host.set().busy(), 1); // a driver tag, until the request ends
-    /// queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)));
+    /// queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok))).unwrap();
     /// assert_eq!(host.set().busy(), 0);
     /// ```
     pub fn set(&self) -> &Arc<TagSet<D::Payload, D::Platform>> {
@@ -167,9 +167,9 @@ impl<D: Driver> Host<D> {
     /// b.submit(Bio::new(Op::Read, 0, 8)).unwrap();
     /// assert_eq!(host.in_driver(), 2);
     /// let held = host.driver().take();
-    /// a.end_request(held.into_iter().next().unwrap(), Status::Ok); // the first came from `a`
+    /// a.end_request(held.into_iter().next().unwrap(), Status::Ok).unwrap(); // the first came from `a`
     /// assert_eq!(host.in_driver(), 1);
-    /// # b.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)));
+    /// # b.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok))).unwrap();
     /// ```
     pub fn in_driver(&self) -> usize {
         (self.flight.load(Ordering::Relaxed) & IN_DRIVER) as usize

@@ -179,7 +179,7 @@ struct SwCtx<D: Driver> {
 /// let held = host.driver().take();
 /// assert_eq!(held.len(), 1);
 /// for rq in held {
-///     queue.end_request(rq, Status::Ok);
+///     queue.end_request(rq, Status::Ok).unwrap();
 /// }
 /// assert_eq!(host.set().busy(), 0);
 /// ```
@@ -355,7 +355,7 @@ impl<D: Driver> RequestQueue<D> {
     /// queue.submit(Bio::new(Op::Write, 0, 8)).unwrap();
     /// let held = queue.driver().take(); // what `Hold` was given
     /// assert_eq!(held.len(), 1);
-    /// queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok)));
+    /// queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok))).unwrap();
     /// ```
     pub fn driver(&self) -> &D {
         &self.host.driver
@@ -430,7 +430,7 @@ impl<D: Driver> RequestQueue<D> {
     /// let request = queue.request(&rq).unwrap();
     /// assert_eq!((request.state(), request.tag()), (RqState::InFlight, rq.tag()));
     /// assert!(other.request(&rq).is_none()); // not a request of `other`
-    /// queue.end_request(rq, Status::Ok);
+    /// queue.end_request(rq, Status::Ok).unwrap();
     /// ```
     pub fn request(&self, rq: &Rq) -> Option<&Request<D::Payload>> {
         self.tags().request(rq).ok()
@@ -447,7 +447,7 @@ impl<D: Driver> RequestQueue<D> {
     /// let rq = host.driver().take().pop().unwrap();
     /// let io = queue.io(&rq).unwrap();
     /// assert_eq!((io.op(), io.sector(), io.sectors(), io.nr_bios()), (Op::Write, 16, 8, 1));
-    /// queue.end_request(rq, Status::Ok);
+    /// queue.end_request(rq, Status::Ok).unwrap();
     /// ```
     pub fn io<'a>(&'a self, rq: &'a Rq) -> Option<&'a RqIo> {
         self.tags().io(rq).ok()
@@ -468,7 +468,7 @@ impl<D: Driver> RequestQueue<D> {
     /// let mut starts = Vec::new();
     /// queue.for_each_bio(&rq, |bio| starts.push(bio.sector));
     /// assert_eq!(starts, [0, 8]);
-    /// queue.end_request(rq, Status::Ok);
+    /// queue.end_request(rq, Status::Ok).unwrap();
     /// ```
     pub fn for_each_bio(&self, rq: &Rq, f: impl FnMut(&Bio)) {
         let _ = self.tags().for_each_bio(rq, f);

@@ -89,7 +89,7 @@ pub const PLUG_FLUSH_BYTES: u64 = 128 * 1024;
 /// plug.flush();
 /// let held = host.driver().take();
 /// assert_eq!(queue.io(&held[0]).unwrap().sectors(), 16);
-/// queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok)));
+/// queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok))).unwrap();
 /// ```
 pub struct Plug<'q, D: Driver> {
     rqs: Vec<(&'q RequestQueue<D>, Rq)>,
@@ -133,7 +133,7 @@ impl<'q, D: Driver> Plug<'q, D> {
     /// queue.submit_plugged(&mut plug, Bio::new(Op::Write, 64, 8)).unwrap();
     /// assert_eq!(plug.len(), 2);
     /// # drop(plug);
-    /// # queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)));
+    /// # queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok))).unwrap();
     /// ```
     pub fn len(&self) -> usize {
         self.rqs.len()
@@ -225,7 +225,7 @@ impl<'q, D: Driver> Plug<'q, D> {
     /// assert_eq!(held.iter().map(sector).collect::<Vec<_>>(), [64, 8, 0]);
     /// # for rq in held {
     /// #     let queue = if a.request(&rq).is_some() { &a } else { &b };
-    /// #     queue.end_request(rq, Status::Ok);
+    /// #     queue.end_request(rq, Status::Ok).unwrap();
     /// # }
     /// ```
     pub fn flush(&mut self) {

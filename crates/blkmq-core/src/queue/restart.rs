@@ -84,7 +84,7 @@ impl<D: Driver> Host<D> {
     ///         if !self.0.swap(true, Ordering::Relaxed) {
     ///             return Err(Rejected { rq, status: Status::Resource });
     ///         }
-    ///         cx.queue().end_request(rq, Status::Ok);
+    ///         cx.queue().end_request(rq, Status::Ok).unwrap();
     ///         Ok(())
     ///     }
     /// }

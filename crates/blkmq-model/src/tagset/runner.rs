@@ -1383,17 +1383,23 @@ impl Runner {
                 result.map(|_| ())
             }
             ForeignCall::Free | ForeignCall::Complete => {
-                // The refused call consumes the token: a live request becomes an orphan,
-                // out until its own queue is dropped.
+                // The refused call hands the token back: it goes back where it came from.
                 let rq = match live {
                     Some(i) => world.reqs[i].rq.take().expect("a request with its token"),
                     None => world.stale.remove(stale),
                 };
-                if call == ForeignCall::Free {
+                let result = if call == ForeignCall::Free {
                     queue.free(rq)
                 } else {
                     queue.complete(rq, Status::Ok)
-                }
+                };
+                result.map_err(|misused| {
+                    match live {
+                        Some(i) => world.reqs[i].rq = Some(misused.rq),
+                        None => world.stale.insert(stale, misused.rq),
+                    }
+                    misused.error
+                })
             }
         };
         ensure!(
