@@ -61,7 +61,10 @@ impl Driver for Gate {
             });
         }
         self.ended.fetch_add(1, Ordering::SeqCst);
-        cx.queue().end_request(rq, Status::Ok);
+        assert!(
+            cx.queue().end_request(rq, Status::Ok).is_ok(),
+            "our own request"
+        );
         Ok(())
     }
 }
@@ -142,7 +145,10 @@ fn a_quiet_lun_gives_its_share_back_within_two_idle_intervals() {
     );
     assert_eq!(host.set().fair_share(0), 12);
     // b goes quiet.
-    b.end_requests(held_b.into_iter().map(|rq| (rq, Status::Ok)));
+    assert!(
+        b.end_requests(held_b.into_iter().map(|rq| (rq, Status::Ok)))
+            .is_ok()
+    );
     let mut bio = refused.expect("a was refused past its share");
     let start = clock.now_ns();
     let mut now = start;
@@ -171,7 +177,10 @@ fn a_quiet_lun_gives_its_share_back_within_two_idle_intervals() {
     }
     assert!(now - start <= 2 * IDLE_INTERVAL_NS, "{}", now - start);
     assert_eq!(host.set().fair_share(0), 24);
-    a.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)));
+    assert!(
+        a.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)))
+            .is_ok()
+    );
 }
 
 /// The same with real threads on the default `StdPlatform`: nothing is called by the test
@@ -208,7 +217,10 @@ fn a_quiet_lun_gives_its_share_back_on_the_std_runtime() {
         12,
         "both busy: a is capped at its share"
     );
-    b.end_requests(held_b.into_iter().map(|rq| (rq, Status::Ok)));
+    assert!(
+        b.end_requests(held_b.into_iter().map(|rq| (rq, Status::Ok)))
+            .is_ok()
+    );
     let mut bio = bio.expect("a was refused past its share");
     let bound = Duration::from_secs(60);
     let start = Instant::now();
@@ -229,7 +241,10 @@ fn a_quiet_lun_gives_its_share_back_on_the_std_runtime() {
         std::thread::yield_now();
     }
     assert_eq!(host.set().fair_share(0), 24);
-    a.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)));
+    assert!(
+        a.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)))
+            .is_ok()
+    );
 }
 
 /// The worker starts with the first host of a platform and is joined when the last one
