@@ -74,10 +74,10 @@ pub use limits::{MAX_CAPACITY, QueueLimits};
 pub use merge::MergeKind;
 #[cfg(all(feature = "std", not(loom)))]
 pub use platform::StdPlatform;
-pub use platform::{NoPlatform, Platform};
+pub use platform::{NoPlatform, Platform, Service};
 pub use queue::{
-    Host, PLUG_FLUSH_BYTES, PLUG_MAX, PLUG_MAX_MULTI, Plug, QueueConfig, RESOURCE_DELAY_NS,
-    RequestQueue, RestartSet, TagsGuard,
+    Host, IDLE_INTERVAL_NS, PLUG_FLUSH_BYTES, PLUG_MAX, PLUG_MAX_MULTI, Plug, QueueConfig,
+    RESOURCE_DELAY_NS, RequestQueue, RestartSet, TIMEOUT_CHECK_NS, TagsGuard,
 };
 pub use queue_map::{QueueMap, QueueMaps, QueueType};
 pub use queue_tags::{Alloc, AllocFuture, QueueTags};

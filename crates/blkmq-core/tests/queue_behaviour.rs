@@ -363,9 +363,10 @@ fn limits() -> QueueLimits {
     QueueLimits::new(1 << 21)
 }
 
-/// A host on a `StdPlatform` of `cpus` CPUs; the calling thread is CPU 0.
+/// A host on a `StdPlatform` of `cpus` CPUs in manual mode (the test runs what is kicked);
+/// the calling thread is CPU 0.
 fn host_with(tags: TagSetBuilder, cpus: usize, disk: StdDisk) -> Arc<Host<StdDisk>> {
-    let platform = StdPlatform::with_cpus(cpus);
+    let platform = StdPlatform::manual_with_cpus(cpus);
     platform.pin_current_thread(0);
     Host::new(tags, platform, disk).unwrap()
 }
@@ -1183,7 +1184,7 @@ fn a_plug_flushes_before_a_request_after_a_large_one() {
 type BatchDisk = Disk<StdPlatform, true>;
 
 fn batch_queue() -> (Arc<Host<BatchDisk>>, Arc<RequestQueue<BatchDisk>>) {
-    let platform = StdPlatform::with_cpus(1);
+    let platform = StdPlatform::manual_with_cpus(1);
     platform.pin_current_thread(0);
     let host = Host::new(TagSet::builder(16), platform, BatchDisk::new(1)).unwrap();
     let queue = host.add_queue(QueueConfig::new(limits())).unwrap();

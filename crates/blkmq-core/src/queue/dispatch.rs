@@ -41,7 +41,7 @@ impl<D: Driver> RequestQueue<D> {
     /// #     }
     /// # }
     /// // `Busy` turns down its first request ("not now"), then completes everything.
-    /// let platform = StdPlatform::new();
+    /// let platform = StdPlatform::manual(); // kicks recorded, run by hand
     /// let host = Host::new(TagSet::builder(8), platform.clone(), Busy(AtomicBool::new(false)))
     ///     .unwrap();
     /// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(64))).unwrap();
@@ -149,7 +149,7 @@ impl<D: Driver> RequestQueue<D> {
     /// #     }
     /// # }
     /// // `Busy` turns down its first request ("not now"), then completes everything.
-    /// let platform = StdPlatform::new();
+    /// let platform = StdPlatform::manual(); // kicks left to the caller
     /// let host = Host::new(TagSet::builder(8), platform.clone(), Busy(AtomicBool::new(false)))
     ///     .unwrap();
     /// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(64))).unwrap();

@@ -18,6 +18,7 @@
 //! | `complete.rs` | ending requests, polling | `blk_mq_end_request`, `blk_mq_poll` |
 //! | `requeue.rs` | the requeue list | `blk_mq_requeue_request` |
 //! | `timeout.rs` | deadlines | `blk-timeout.c` |
+//! | `service.rs` | [`Host::service`]: kicked and delayed runs, timers, timeouts, idling | kblockd, `blk_mq_timeout_work` |
 //! | `runtime.rs` | changes at run time | `blk_mq_update_nr_requests` |
 //!
 //! Which bios and requests may merge is in `merge.rs`, beside the queue.
@@ -71,6 +72,7 @@ mod requeue;
 mod restart;
 mod runtime;
 mod sched;
+mod service;
 mod submit;
 #[cfg(all(test, feature = "std", not(loom)))]
 mod tests;
@@ -81,6 +83,7 @@ pub use config::QueueConfig;
 pub use host::Host;
 pub use plug::{PLUG_FLUSH_BYTES, PLUG_MAX, PLUG_MAX_MULTI, Plug};
 pub use restart::{RESOURCE_DELAY_NS, RestartSet};
+pub use service::{IDLE_INTERVAL_NS, TIMEOUT_CHECK_NS};
 pub use usage::TagsGuard;
 
 type Raw<D> = <<D as Driver>::Platform as Platform>::RawMutex;
