@@ -195,7 +195,7 @@ impl NullDriver for Hold {
     #[inline(always)]
     fn reap(queue: &RequestQueue<Self>, hctx: usize) {
         while let Some(rq) = queue.driver().rings[hctx].pop() {
-            queue.end_request(rq, Status::Ok);
+            queue.end_request(rq, Status::Ok).unwrap();
         }
     }
 
@@ -584,14 +584,16 @@ fn slot_bio(slot: &mut u64) -> Bio {
 #[inline(never)]
 fn end_each(queue: &RequestQueue<Hold>, held: &mut Vec<Rq>) {
     for rq in held.drain(..) {
-        queue.end_request(rq, Status::Ok);
+        queue.end_request(rq, Status::Ok).unwrap();
     }
 }
 
 /// Ends every request of `held` with one [`RequestQueue::end_requests`].
 #[inline(never)]
 fn end_batch(queue: &RequestQueue<Hold>, held: &mut Vec<Rq>) {
-    queue.end_requests(held.drain(..).map(|rq| (rq, Status::Ok)));
+    queue
+        .end_requests(held.drain(..).map(|rq| (rq, Status::Ok)))
+        .unwrap();
 }
 
 /// The completion hosts: one hardware queue and [`WIDE_HCTXS`].

@@ -12,7 +12,7 @@ impl Driver for Inline {
     fn init_request(&self, _: RequestInit) {}
 
     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _last: bool) -> Result<(), Rejected> {
-        cx.queue().end_request(rq, Status::Ok);
+        cx.queue().end_request(rq, Status::Ok).unwrap();
         Ok(())
     }
 }

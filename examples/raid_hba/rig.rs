@@ -381,7 +381,9 @@ impl Rig {
             self.account(rq, subs, at, done);
         }
         let n = done.ended.len() as u64;
-        queue.end_requests(batch.drain(..).map(|rq| (rq, Status::Ok)));
+        queue
+            .end_requests(batch.drain(..).map(|rq| (rq, Status::Ok)))
+            .unwrap();
         if self.mode == Mode::Naive {
             // What `blk_mq_run_hw_queues()` from every `scsi_end_request()` costs: each
             // completion asks every hardware queue whether it has work.

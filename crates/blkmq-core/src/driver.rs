@@ -41,10 +41,10 @@ use crate::tags::RequestInit;
 /// queue.submit(Bio::new(Op::Read, 64, 8)).unwrap(); // turned down: waits
 /// assert!(queue.has_work(0));
 /// let first = host.driver().0.lock().unwrap().take().unwrap();
-/// queue.end_request(first, Status::Ok); // the completion reruns the queue
+/// queue.end_request(first, Status::Ok).unwrap(); // the completion reruns the queue
 /// let second = host.driver().0.lock().unwrap().take().unwrap();
 /// assert_eq!(queue.io(&second).unwrap().sector(), 64);
-/// queue.end_request(second, Status::Ok);
+/// queue.end_request(second, Status::Ok).unwrap();
 /// ```
 #[derive(Debug)]
 pub struct Rejected {
@@ -87,7 +87,7 @@ pub struct Rejected {
 ///     assert_eq!(queue.check_timeouts(late), 1);
 ///     assert_eq!(queue.check_timeouts(late + DEFAULT_TIMEOUT_NS), fires_again);
 ///     let rq = host.driver().held.lock().unwrap().pop().unwrap();
-///     queue.end_request(rq, Status::Timeout);
+///     queue.end_request(rq, Status::Timeout).unwrap();
 /// }
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -117,7 +117,7 @@ pub enum TimeoutAction {
 ///     type Payload = ();
 ///     fn init_request(&self, _: RequestInit) {}
 ///     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _last: bool) -> Result<(), Rejected> {
-///         cx.queue().end_request(rq, Status::Ok);
+///         cx.queue().end_request(rq, Status::Ok).unwrap();
 ///         Ok(())
 ///     }
 /// }
@@ -148,13 +148,13 @@ pub trait Driver: Send + Sync + Sized + 'static {
     /// #     type Payload = ();
     /// #     fn init_request(&self, _: RequestInit) {}
     /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
-    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         cx.queue().end_request(rq, Status::Ok).unwrap();
     /// #         Ok(())
     /// #     }
     ///     fn queue_rqs(&self, cx: &HctxCx<'_, Self>, batch: &mut RqBatch<'_>) {
     ///         self.0.fetch_add(1, Ordering::Relaxed);
     ///         while let Some(rq) = batch.next() {
-    ///             cx.queue().end_request(rq, Status::Ok);
+    ///             cx.queue().end_request(rq, Status::Ok).unwrap();
     ///         }
     ///     }
     /// }
@@ -193,7 +193,7 @@ pub trait Driver: Send + Sync + Sized + 'static {
     ///         init.tag
     ///     }
     /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
-    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         cx.queue().end_request(rq, Status::Ok).unwrap();
     /// #         Ok(())
     /// #     }
     /// }
@@ -225,7 +225,7 @@ pub trait Driver: Send + Sync + Sized + 'static {
     ///         if cx.io(&rq).is_some_and(|io| io.op() == Op::Write) {
     ///             return Err(Rejected { rq, status: Status::IoErr });
     ///         }
-    ///         cx.queue().end_request(rq, Status::Ok);
+    ///         cx.queue().end_request(rq, Status::Ok).unwrap();
     ///         Ok(())
     ///     }
     /// }
@@ -284,9 +284,9 @@ pub trait Driver: Send + Sync + Sized + 'static {
     /// queue.unquiesce();
     /// assert_eq!(host.driver().rings.load(Ordering::Relaxed), 1); // by `commit_rqs`
     /// # let first = host.driver().held.lock().unwrap().pop().unwrap();
-    /// # queue.end_request(first, Status::Ok);
+    /// # queue.end_request(first, Status::Ok).unwrap();
     /// # let second = host.driver().held.lock().unwrap().pop().unwrap();
-    /// # queue.end_request(second, Status::Ok);
+    /// # queue.end_request(second, Status::Ok).unwrap();
     /// ```
     fn commit_rqs(&self, cx: &HctxCx<'_, Self>) {
         let _ = cx;
@@ -313,13 +313,13 @@ pub trait Driver: Send + Sync + Sized + 'static {
     /// #     type Payload = ();
     /// #     fn init_request(&self, _: RequestInit) {}
     /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
-    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         cx.queue().end_request(rq, Status::Ok).unwrap();
     /// #         Ok(())
     /// #     }
     ///     fn queue_rqs(&self, cx: &HctxCx<'_, Self>, batch: &mut RqBatch<'_>) {
     ///         let mut n = 0;
     ///         while let Some(rq) = batch.next() {
-    ///             cx.queue().end_request(rq, Status::Ok);
+    ///             cx.queue().end_request(rq, Status::Ok).unwrap();
     ///             n += 1;
     ///         }
     ///         self.0.lock().unwrap().push(n);
@@ -379,10 +379,10 @@ pub trait Driver: Send + Sync + Sized + 'static {
     /// queue.submit(Bio::new(Op::Read, 64, 8)).unwrap();
     /// assert_eq!(host.in_driver(), 1); // the second waits for budget
     /// let first = host.driver().held.lock().unwrap().pop().unwrap();
-    /// queue.end_request(first, Status::Ok); // gives the budget back: the second goes in
+    /// queue.end_request(first, Status::Ok).unwrap(); // gives the budget back: the second goes in
     /// let second = host.driver().held.lock().unwrap().pop().unwrap();
     /// assert_eq!(queue.io(&second).unwrap().sector(), 64);
-    /// queue.end_request(second, Status::Ok);
+    /// queue.end_request(second, Status::Ok).unwrap();
     /// assert_eq!(host.driver().budget.load(Ordering::Relaxed), 1);
     /// ```
     fn get_budget(&self, cx: &HctxCx<'_, Self>) -> bool {
@@ -432,14 +432,14 @@ pub trait Driver: Send + Sync + Sized + 'static {
     /// let out = || host.driver().out.load(Ordering::Relaxed);
     /// assert_eq!(out(), 1);
     /// let first = host.driver().held.lock().unwrap().pop().unwrap();
-    /// queue.end_request(first, Status::Ok); // back, and taken again by the second
+    /// queue.end_request(first, Status::Ok).unwrap(); // back, and taken again by the second
     /// assert_eq!(out(), 1);
     /// let second = host.driver().held.lock().unwrap().pop().unwrap();
-    /// queue.requeue_request(second, false); // a requeued request's comes back too
+    /// queue.requeue_request(second, false).unwrap(); // a requeued request's comes back too
     /// assert_eq!(out(), 0);
     /// # queue.kick_requeue_list();
     /// # while let Some(rq) = host.driver().held.lock().unwrap().pop() {
-    /// #     queue.end_request(rq, Status::Ok);
+    /// #     queue.end_request(rq, Status::Ok).unwrap();
     /// # }
     /// ```
     fn put_budget(&self, cx: &HctxCx<'_, Self>) {
@@ -481,7 +481,7 @@ pub trait Driver: Send + Sync + Sized + 'static {
     /// assert_eq!(queue.check_timeouts(late + DEFAULT_TIMEOUT_NS), 0); // `Done`: not again
     /// let rq = host.driver().held.lock().unwrap().pop().unwrap();
     /// assert_eq!(*host.driver().expired.lock().unwrap(), [rq.tag()]);
-    /// queue.end_request(rq, Status::Timeout);
+    /// queue.end_request(rq, Status::Timeout).unwrap();
     /// ```
     fn timeout(&self, cx: &HctxCx<'_, Self>, request: &Request<Self::Payload>) -> TimeoutAction {
         let _ = (cx, request);
@@ -504,14 +504,14 @@ pub trait Driver: Send + Sync + Sized + 'static {
     ///         if cx.hctx() == 1 {
     ///             self.0.lock().unwrap().push(rq);
     ///         } else {
-    ///             cx.queue().end_request(rq, Status::Ok);
+    ///             cx.queue().end_request(rq, Status::Ok).unwrap();
     ///         }
     ///         Ok(())
     ///     }
     ///     fn poll(&self, cx: &HctxCx<'_, Self>) -> usize {
     ///         let done: Vec<Rq> = self.0.lock().unwrap().drain(..).collect();
     ///         let n = done.len();
-    ///         cx.queue().end_requests(done.into_iter().map(|rq| (rq, Status::Ok)));
+    ///         cx.queue().end_requests(done.into_iter().map(|rq| (rq, Status::Ok))).unwrap();
     ///         n
     ///     }
     ///     fn map_queues(&self, nr_cpus: usize, _: usize) -> Option<QueueMaps> {
@@ -550,7 +550,7 @@ pub trait Driver: Send + Sync + Sized + 'static {
     /// #     type Payload = ();
     /// #     fn init_request(&self, _: RequestInit) {}
     /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
-    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         cx.queue().end_request(rq, Status::Ok).unwrap();
     /// #         Ok(())
     /// #     }
     ///     fn complete(&self, _: &HctxCx<'_, Self>, _: &Request<()>) {
@@ -583,7 +583,7 @@ pub trait Driver: Send + Sync + Sized + 'static {
     /// #     type Payload = ();
     /// #     fn init_request(&self, _: RequestInit) {}
     /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
-    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         cx.queue().end_request(rq, Status::Ok).unwrap();
     /// #         Ok(())
     /// #     }
     ///     fn map_queues(&self, nr_cpus: usize, nr_hw_queues: usize) -> Option<QueueMaps> {
@@ -617,7 +617,7 @@ pub trait Driver: Send + Sync + Sized + 'static {
 /// fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _last: bool) -> Result<(), Rejected> {
 ///     let io = cx.io(&rq).unwrap();
 ///     assert!(io.sectors() > 0 && cx.hctx() == 0);
-///     cx.queue().end_request(rq, Status::Ok);
+///     cx.queue().end_request(rq, Status::Ok).unwrap();
 ///     Ok(())
 /// }
 /// # }
@@ -645,7 +645,7 @@ impl<'a, D: Driver> HctxCx<'a, D> {
     /// #     fn init_request(&self, _: RequestInit) {}
     ///     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
     ///         self.0.lock().unwrap().push(cx.hctx());
-    ///         cx.queue().end_request(rq, Status::Ok);
+    ///         cx.queue().end_request(rq, Status::Ok).unwrap();
     ///         Ok(())
     ///     }
     /// }
@@ -678,7 +678,7 @@ impl<'a, D: Driver> HctxCx<'a, D> {
     /// #     fn init_request(&self, _: RequestInit) {}
     ///     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
     ///         self.0.lock().unwrap().push(cx.queue().limits().capacity);
-    ///         cx.queue().end_request(rq, Status::Ok);
+    ///         cx.queue().end_request(rq, Status::Ok).unwrap();
     ///         Ok(())
     ///     }
     /// }
@@ -717,7 +717,7 @@ impl<'a, D: Driver> HctxCx<'a, D> {
     /// /// A completion path that has only the context.
     /// fn finish(cx: &HctxCx<'_, Disk>, rq: Rq) {
     ///     cx.driver().done.fetch_add(1, Ordering::Relaxed);
-    ///     cx.queue().end_request(rq, Status::Ok);
+    ///     cx.queue().end_request(rq, Status::Ok).unwrap();
     /// }
     ///
     /// let driver = Disk { done: AtomicUsize::new(0) };
@@ -747,7 +747,7 @@ impl<'a, D: Driver> HctxCx<'a, D> {
     ///     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
     ///         let request = cx.request(&rq).unwrap();
     ///         self.0.lock().unwrap().push((*request.payload() - request.tag(), request.state()));
-    ///         cx.queue().end_request(rq, Status::Ok);
+    ///         cx.queue().end_request(rq, Status::Ok).unwrap();
     ///         Ok(())
     ///     }
     /// }
@@ -779,7 +779,7 @@ impl<'a, D: Driver> HctxCx<'a, D> {
     ///             let io = cx.io(&rq).unwrap();
     ///             (io.op(), io.sector(), io.sectors())
     ///         });
-    ///         cx.queue().end_request(rq, Status::Ok);
+    ///         cx.queue().end_request(rq, Status::Ok).unwrap();
     ///         Ok(())
     ///     }
     /// }
@@ -810,7 +810,7 @@ impl<'a, D: Driver> HctxCx<'a, D> {
     ///         let mut bios = Vec::new();
     ///         cx.for_each_bio(&rq, |bio| bios.push((bio.sector, bio.sectors)));
     ///         self.0.lock().unwrap().push(bios);
-    ///         cx.queue().end_request(rq, Status::Ok);
+    ///         cx.queue().end_request(rq, Status::Ok).unwrap();
     ///         Ok(())
     ///     }
     /// }
@@ -870,13 +870,13 @@ impl RqBatch<'_> {
     /// #     type Payload = ();
     /// #     fn init_request(&self, _: RequestInit) {}
     /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
-    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         cx.queue().end_request(rq, Status::Ok).unwrap();
     /// #         Ok(())
     /// #     }
     ///     fn queue_rqs(&self, cx: &HctxCx<'_, Self>, batch: &mut RqBatch<'_>) {
     ///         while let Some(rq) = batch.next() {
     ///             self.0.lock().unwrap().push(cx.io(&rq).unwrap().sector());
-    ///             cx.queue().end_request(rq, Status::Ok);
+    ///             cx.queue().end_request(rq, Status::Ok).unwrap();
     ///         }
     ///     }
     /// }
@@ -912,16 +912,16 @@ impl RqBatch<'_> {
     /// #     type Payload = ();
     /// #     fn init_request(&self, _: RequestInit) {}
     /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
-    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         cx.queue().end_request(rq, Status::Ok).unwrap();
     /// #         Ok(())
     /// #     }
     ///     fn queue_rqs(&self, cx: &HctxCx<'_, Self>, batch: &mut RqBatch<'_>) {
     ///         self.0.lock().unwrap().push(batch.len());
     ///         let first = batch.next().unwrap();
     ///         self.0.lock().unwrap().push(batch.len());
-    ///         cx.queue().end_request(first, Status::Ok);
+    ///         cx.queue().end_request(first, Status::Ok).unwrap();
     ///         while let Some(rq) = batch.next() {
-    ///             cx.queue().end_request(rq, Status::Ok);
+    ///             cx.queue().end_request(rq, Status::Ok).unwrap();
     ///         }
     ///     }
     /// }
@@ -958,14 +958,14 @@ impl RqBatch<'_> {
     /// #     type Payload = ();
     /// #     fn init_request(&self, _: RequestInit) {}
     /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
-    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         cx.queue().end_request(rq, Status::Ok).unwrap();
     /// #         Ok(())
     /// #     }
     ///     fn queue_rqs(&self, cx: &HctxCx<'_, Self>, batch: &mut RqBatch<'_>) {
     ///         let mut n = 0;
     ///         while !batch.is_empty() {
     ///             let rq = batch.next().unwrap();
-    ///             cx.queue().end_request(rq, Status::Ok);
+    ///             cx.queue().end_request(rq, Status::Ok).unwrap();
     ///             n += 1;
     ///         }
     ///         self.0.lock().unwrap().push(n);
@@ -1003,13 +1003,13 @@ impl RqBatch<'_> {
     /// #     fn init_request(&self, _: RequestInit) {}
     ///     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
     ///         self.0.lock().unwrap().push(("one", cx.io(&rq).unwrap().sector()));
-    ///         cx.queue().end_request(rq, Status::Ok);
+    ///         cx.queue().end_request(rq, Status::Ok).unwrap();
     ///         Ok(())
     ///     }
     ///     fn queue_rqs(&self, cx: &HctxCx<'_, Self>, batch: &mut RqBatch<'_>) {
     ///         let first = batch.next().unwrap();
     ///         self.0.lock().unwrap().push(("batch", cx.io(&first).unwrap().sector()));
-    ///         cx.queue().end_request(first, Status::Ok);
+    ///         cx.queue().end_request(first, Status::Ok).unwrap();
     ///         let second = batch.next().unwrap();
     ///         batch.reject(Rejected { rq: second, status: Status::Resource });
     ///         assert!(batch.next().is_none() && batch.is_empty());

@@ -69,7 +69,7 @@ pub trait Elevator: core::any::Any + Send {
     /// #     type Payload = ();
     /// #     fn init_request(&self, _: RequestInit) {}
     /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
-    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         cx.queue().end_request(rq, Status::Ok).unwrap();
     /// #         Ok(())
     /// #     }
     /// # }
@@ -109,7 +109,7 @@ pub trait Elevator: core::any::Any + Send {
     /// #     type Payload = ();
     /// #     fn init_request(&self, _: RequestInit) {}
     /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
-    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         cx.queue().end_request(rq, Status::Ok).unwrap();
     /// #         Ok(())
     /// #     }
     /// # }
@@ -157,7 +157,7 @@ pub trait Elevator: core::any::Any + Send {
     /// #     type Payload = ();
     /// #     fn init_request(&self, _: RequestInit) {}
     /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
-    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         cx.queue().end_request(rq, Status::Ok).unwrap();
     /// #         Ok(())
     /// #     }
     /// # }
@@ -241,7 +241,7 @@ pub trait Elevator: core::any::Any + Send {
     /// queue.submit(Bio::new(Op::Write, 0, 8)).unwrap(); // the driver holds it
     /// assert!(queue.submit(Bio::new(Op::Write, 64, 8)).is_err()); // no write tag free now
     /// assert!(queue.submit(Bio::new(Op::Read, 128, 8)).is_ok());
-    /// # queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)));
+    /// # queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok))).unwrap();
     /// ```
     fn limit_depth(&self, op: Op, flags: BioFlags) -> Option<usize> {
         let _ = (op, flags);
@@ -258,7 +258,7 @@ pub trait Elevator: core::any::Any + Send {
     /// #     type Payload = ();
     /// #     fn init_request(&self, _: RequestInit) {}
     /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
-    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         cx.queue().end_request(rq, Status::Ok).unwrap();
     /// #         Ok(())
     /// #     }
     /// # }
@@ -452,7 +452,7 @@ pub trait Elevator: core::any::Any + Send {
     /// #     type Payload = ();
     /// #     fn init_request(&self, _: RequestInit) {}
     /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
-    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         cx.queue().end_request(rq, Status::Ok).unwrap();
     /// #         Ok(())
     /// #     }
     /// # }
@@ -497,7 +497,7 @@ pub trait Elevator: core::any::Any + Send {
     /// #     type Payload = ();
     /// #     fn init_request(&self, _: RequestInit) {}
     /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
-    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         cx.queue().end_request(rq, Status::Ok).unwrap();
     /// #         Ok(())
     /// #     }
     /// # }
@@ -618,7 +618,7 @@ pub trait Elevator: core::any::Any + Send {
     /// #     type Payload = ();
     /// #     fn init_request(&self, _: RequestInit) {}
     /// #     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
-    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         cx.queue().end_request(rq, Status::Ok).unwrap();
     /// #         Ok(())
     /// #     }
     /// # }
@@ -703,7 +703,7 @@ pub trait Elevator: core::any::Any + Send {
     /// // Start stamps come from the coarse clock: the span starts on it too.
     /// let before = queue.platform().coarse_now_ns();
     /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
-    /// queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)));
+    /// queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok))).unwrap();
     /// let spent = queue.platform().now_ns() - before;
     /// let took = queue.with_elevator(|e: &mut Timing| e.took_ns.clone()).unwrap();
     /// assert!(took.len() == 1 && took[0] <= spent); // within the submit-to-end span
@@ -766,10 +766,10 @@ pub trait Elevator: core::any::Any + Send {
     /// let queue = host.add_queue(config).unwrap();
     /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
     /// let rq = host.driver().take().pop().unwrap();
-    /// queue.requeue_request(rq, true);
+    /// queue.requeue_request(rq, true).unwrap();
     /// let log = queue.with_elevator(|e: &mut Logged| e.log.clone()).unwrap();
     /// assert_eq!(log, ["insert", "requeue", "insert at head"]);
-    /// # queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)));
+    /// # queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok))).unwrap();
     /// ```
     fn requeue_request(&mut self, cx: &ElvCx<'_>, rq: &Rq) {
         let _ = (cx, rq);

@@ -1,8 +1,16 @@
-//! Errors: bad configuration ([`ConfigError`]) and refused tag operations ([`TagError`]).
+//! Errors: bad configuration ([`ConfigError`]), refused tag operations ([`TagError`]), and
+//! request tokens handed back unused ([`Misused`], [`Unended`]).
+//!
+//! A call that consumes an [`Rq`] and refuses it gives the token back in its error: the
+//! request is untouched and still the caller's, so nothing (tag, count, bio) is lost however
+//! the caller got it wrong. Linux's block layer trusts its drivers on this; blkmq reports.
 
 use core::fmt;
 
 use blkmq_sbitmap::SbitmapError;
+
+use crate::bio::Status;
+use crate::request::Rq;
 
 /// A configuration the tag layer refuses, found before anything is allocated or changed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -222,5 +230,109 @@ impl core::error::Error for TagError {}
 impl From<SbitmapError> for TagError {
     fn from(e: SbitmapError) -> Self {
         TagError::Bitmap(e)
+    }
+}
+
+/// A request token a call refused, handed back with the reason.
+///
+/// With [`TagError::ForeignRequest`] (a token of another request queue or tag set, or of
+/// one that is gone) nothing changed: the request is exactly as it was and `rq` is the
+/// caller's to end or free where it belongs. Any other error means an internal invariant
+/// broke after the request was released: `rq` then names nothing.
+///
+/// ```
+/// use blkmq_core::{Alloc, StdPlatform, TagError, TagSet};
+///
+/// let set = TagSet::builder(4).build(StdPlatform::new(), |_| ()).unwrap();
+/// let (a, b) = (set.attach().unwrap(), set.attach().unwrap());
+/// let rq = a.alloc(&Alloc::new(0, 0)).unwrap();
+/// let misused = b.free(rq).unwrap_err(); // not b's: refused, and back
+/// assert_eq!(misused.error, TagError::ForeignRequest);
+/// assert_eq!(set.busy(), 1); // nothing freed
+/// a.free(misused.rq).unwrap(); // its own queue frees it
+/// assert_eq!(set.busy(), 0);
+/// ```
+#[must_use = "the token is still the caller's: end or free it where it belongs"]
+#[derive(Debug, PartialEq, Eq)]
+pub struct Misused {
+    /// The token, as it was given.
+    pub rq: Rq,
+    /// Why it was refused.
+    pub error: TagError,
+}
+
+impl Misused {
+    /// A token refused as another queue's.
+    #[inline]
+    pub(crate) fn foreign(rq: Rq) -> Self {
+        Self {
+            rq,
+            error: TagError::ForeignRequest,
+        }
+    }
+}
+
+impl fmt::Display for Misused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "request (tag {}) refused: {}", self.rq.tag(), self.error)
+    }
+}
+
+impl core::error::Error for Misused {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+/// What a batched completion left unended: the first request it refused and the rest of
+/// the batch, which it did not look at. Everything before them ended.
+///
+/// Nothing is lost: `misused` holds the refused token (with the status it came with), and
+/// `rest` the requests after it, which can go to another call as they are.
+///
+/// ```
+/// # use blkmq_core::*;
+/// # use blkmq_core::testing::Hold;
+/// let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+/// let a = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+/// let b = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+/// a.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+/// b.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+/// a.submit(Bio::new(Op::Read, 64, 8)).unwrap();
+/// let held = host.driver().take(); // a's, b's, a's
+/// let unended = a.end_requests(held.into_iter().map(|rq| (rq, Status::Ok))).unwrap_err();
+/// assert_eq!((unended.misused.error, host.in_driver()), (TagError::ForeignRequest, 2));
+/// b.end_request(unended.misused.rq, unended.status).unwrap(); // b's own queue ends it
+/// a.end_requests(unended.rest).unwrap(); // and a the rest
+/// assert_eq!((host.in_driver(), host.set().busy()), (0, 0));
+/// ```
+#[must_use = "the refused token and the rest of the batch are still the caller's"]
+pub struct Unended<I> {
+    /// The request refused, and why.
+    pub misused: Misused,
+    /// The status it was to end with.
+    pub status: Status,
+    /// The requests after it, untouched.
+    pub rest: I,
+}
+
+impl<I> fmt::Debug for Unended<I> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Unended")
+            .field("misused", &self.misused)
+            .field("status", &self.status)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<I> fmt::Display for Unended<I> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "batch stopped: {}", self.misused)
+    }
+}
+
+impl<I> core::error::Error for Unended<I> {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        Some(&self.misused)
     }
 }

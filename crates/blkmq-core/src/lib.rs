@@ -73,15 +73,15 @@ pub use bio::{Bio, BioFlags, EndIo, IoPrio, IoPrioClass, IssuerId, Op, SECTOR_SI
 pub use completion::Completion;
 pub use driver::{Driver, HctxCx, Rejected, RqBatch, TimeoutAction};
 pub use elevator::{Elevator, ElvCx, TunableError};
-pub use error::{ConfigError, TagError};
+pub use error::{ConfigError, Misused, TagError, Unended};
 pub use limits::{MAX_CAPACITY, QueueLimits};
 pub use merge::MergeKind;
 #[cfg(all(feature = "std", not(loom)))]
 pub use platform::StdPlatform;
-pub use platform::{NoPlatform, Platform};
+pub use platform::{NoPlatform, Platform, Service};
 pub use queue::{
-    Host, PLUG_FLUSH_BYTES, PLUG_MAX, PLUG_MAX_MULTI, Plug, QueueConfig, RESOURCE_DELAY_NS,
-    RequestQueue, RestartSet, SubmitFuture, TagsGuard,
+    Host, IDLE_INTERVAL_NS, PLUG_FLUSH_BYTES, PLUG_MAX, PLUG_MAX_MULTI, Plug, QueueConfig,
+    RESOURCE_DELAY_NS, RequestQueue, RestartSet, SubmitFuture, TIMEOUT_CHECK_NS, TagsGuard,
 };
 pub use queue_map::{QueueMap, QueueMaps, QueueType};
 pub use queue_tags::{Alloc, AllocFuture, QueueTags};

@@ -3,6 +3,31 @@
 //! A `no_std` library cannot ask which CPU it runs on, what time it is, or to have something
 //! run later. Everything in blkmq-core that needs one of those takes it from a [`Platform`],
 //! which a kernel, a hypervisor or a test implements once.
+//!
+//! # Embedding
+//!
+//! A kernel implements [`Platform`] and calls [`Host::service`](crate::Host::service):
+//!
+//! * Contexts: [`current_cpu`](Platform::current_cpu), the clocks, [`kick`](Platform::kick),
+//!   [`kick_after`](Platform::kick_after) and [`service_after`](Platform::service_after) may
+//!   be called from any context, interrupts included (a completion may kick). They only
+//!   queue work: none may run a hardware queue or call the service inline.
+//! * Locks: the library takes its own locks ([`Platform::RawMutex`], an IRQ-safe spinlock in
+//!   a kernel) for short sections only, never across a call into the driver or the
+//!   platform; a driver may take its own locks in `queue_rq` and complete from interrupts.
+//! * The service: from a thread or work item (kblockd), call
+//!   [`Host::service`](crate::Host::service) soon after a kick, once a `kick_after` or
+//!   `service_after` delay is over, and at the time it returns. Early calls are harmless;
+//!   calls may overlap. [`attach`](Platform::attach) hands the platform a weak handle to
+//!   it when a host is made, [`detach`](Platform::detach) says when one goes.
+//! * Never calling it: a queue that ran short with nothing in flight, and an elevator holding
+//!   work back (BFQ idling), stay stalled; a quiet queue keeps its share of a shared tag
+//!   set; timeouts never fire. Completions still rerun what waits for them. The stall shows:
+//!   [`Host::in_driver`](crate::Host::in_driver) is 0 while a queue
+//!   [`has_work`](crate::RequestQueue::has_work) (or its bios wait), and one call of the
+//!   service ends it.
+
+use alloc::sync::Weak;
 
 /// The services blkmq-core needs from its environment.
 ///
@@ -113,6 +138,74 @@ pub trait Platform: Send + Sync + 'static {
         let _ = delay_ns;
         self.kick(hctx);
     }
+
+    /// Asks for the service entry point of every host attached to this platform to be
+    /// called again within about `delay_ns` (no kick: no hardware queue waits). A queue
+    /// that starts to share a tag set asks this, so the service can give its share back
+    /// once it goes quiet. The default does nothing: a platform that never calls the
+    /// service after this keeps a quiet queue's share until its next
+    /// [`kick`](Self::kick).
+    ///
+    /// ```
+    /// use blkmq_core::{NoPlatform, Platform, StdPlatform};
+    /// let platform = StdPlatform::manual_with_cpus(1);
+    /// platform.service_after(1_000_000);
+    /// assert!(platform.take_kicks().is_empty()); // no hardware queue was kicked
+    /// ```
+    fn service_after(&self, delay_ns: u64) {
+        let _ = delay_ns;
+    }
+
+    /// A host made on this platform registers its service entry point here, once, when it
+    /// is made: a platform with a runtime of its own keeps `service` and calls it when
+    /// kicked and at the times it returns. The handle is weak: the platform never keeps a
+    /// host alive. The default keeps nothing (the embedder calls
+    /// [`Host::service`](crate::Host::service) itself).
+    ///
+    /// ```
+    /// use blkmq_core::*;
+    /// use blkmq_core::testing::Null;
+    ///
+    /// let platform = StdPlatform::with_cpus(1);
+    /// assert!(!platform.has_worker());
+    /// let host = Host::new(TagSet::builder(8), platform.clone(), Null::new()).unwrap();
+    /// assert!(platform.has_worker()); // the host attached itself: the worker serves it
+    /// drop(host); // detaches: the worker stops with the last host
+    /// assert!(!platform.has_worker());
+    /// ```
+    fn attach(&self, service: Weak<dyn Service>) {
+        let _ = service;
+    }
+
+    /// A host attached with [`attach`](Self::attach) is going away (its handle no longer
+    /// upgrades). The default does nothing.
+    ///
+    /// ```
+    /// use blkmq_core::{Platform, StdPlatform};
+    /// let platform = StdPlatform::with_cpus(1);
+    /// platform.detach(); // nothing attached: nothing to do
+    /// assert!(!platform.has_worker());
+    /// ```
+    fn detach(&self) {}
+}
+
+/// What a platform's runtime calls: a host's service entry point (implemented by
+/// [`Host`](crate::Host), whose [`Host::service`](crate::Host::service) it forwards to).
+///
+/// ```
+/// use blkmq_core::*;
+/// use blkmq_core::testing::Null;
+///
+/// let host = Host::new(TagSet::builder(8), StdPlatform::manual(), Null::new()).unwrap();
+/// let service: &dyn Service = &*host;
+/// assert_eq!(service.service(), None); // no queue, nothing kicked: nothing ever due
+/// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(64))).unwrap();
+/// assert!(service.service().is_some()); // the next periodic timeout check
+/// # drop(queue);
+/// ```
+pub trait Service: Send + Sync {
+    /// Does what is due now; returns the platform time to be called again at, if any.
+    fn service(&self) -> Option<u64>;
 }
 
 #[cfg(all(feature = "std", not(loom)))]
@@ -123,13 +216,16 @@ mod std_platform {
     extern crate std;
 
     use alloc::collections::BTreeSet;
-    use alloc::sync::Arc;
+    use alloc::sync::{Arc, Weak};
+    use alloc::vec::Vec;
     use core::cell::Cell;
     use core::fmt;
     use core::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::Mutex;
+    use core::time::Duration;
+    use std::sync::{Condvar, Mutex, MutexGuard};
+    use std::thread::{JoinHandle, ThreadId};
 
-    use super::Platform;
+    use super::{Platform, Service};
 
     std::thread_local! {
         /// The CPU slot of this thread, given on first use (or by `pin_current_thread`).
@@ -141,7 +237,8 @@ mod std_platform {
 
     type KickHandler = Arc<dyn Fn(usize) + Send + Sync>;
 
-    /// A [`Platform`] for threads under an operating system (`std` feature).
+    /// A [`Platform`] for threads under an operating system (`std` feature), with a runtime
+    /// of its own (Linux's kblockd).
     ///
     /// * CPUs: `nr_cpus` slots (by default the machine's available parallelism). A thread
     ///   gets a slot on its first [`current_cpu`](Platform::current_cpu), in turn, and keeps
@@ -151,15 +248,23 @@ mod std_platform {
     ///   the coarse reading is `CLOCK_MONOTONIC_COARSE`, which lags by at most a kernel
     ///   tick and costs a fraction of a precise read; elsewhere it is the precise one.
     /// * Lock: a spinlock (`spin::mutex::SpinMutex`).
-    /// * Kicks: handed to the handler set with [`StdPlatform::on_kick`]; without one they are
-    ///   recorded and returned by [`StdPlatform::take_kicks`].
+    /// * Runtime ([`new`](Self::new), [`with_cpus`](Self::with_cpus)): the first host made
+    ///   on the platform starts a worker thread. It calls every attached host's
+    ///   [`Host::service`](crate::Host::service) when kicked, when a
+    ///   [`kick_after`](Platform::kick_after) delay is over (a condition variable's timed
+    ///   wait) and at the times the service returns; it stops, and is joined, when the last
+    ///   host is dropped. Nothing has to be run by hand.
+    /// * Manual mode ([`manual`](Self::manual), [`manual_with_cpus`](Self::manual_with_cpus)),
+    ///   and the runtime while no host is attached: kicks are handed to the handler set
+    ///   with [`StdPlatform::on_kick`], or recorded and returned by
+    ///   [`StdPlatform::take_kicks`], for a test that steps by hand.
     ///
-    /// Clones share the clock, the handler and the recorded kicks.
+    /// Clones share the clock, the worker, the handler and the recorded kicks.
     ///
     /// ```
     /// use blkmq_core::{Platform, StdPlatform};
     ///
-    /// let platform = StdPlatform::with_cpus(4);
+    /// let platform = StdPlatform::manual_with_cpus(4);
     /// platform.pin_current_thread(2);
     /// assert_eq!(platform.current_cpu(), 2);
     /// platform.kick(7);
@@ -175,10 +280,114 @@ mod std_platform {
         clock: Clock,
         handler: Mutex<Option<KickHandler>>,
         kicked: Mutex<BTreeSet<usize>>,
+        /// The worker's side, in runtime mode; `None` in manual mode.
+        runtime: Option<Arc<Runtime>>,
+    }
+
+    /// What the platform and its worker share.
+    struct Runtime {
+        state: Mutex<RuntimeState>,
+        wake: Condvar,
+    }
+
+    struct RuntimeState {
+        /// The attached hosts (dead ones pruned on every detach).
+        hosts: Vec<Weak<dyn Service>>,
+        /// A kick came since the worker last served.
+        kicked: bool,
+        /// The earliest platform time a service call is wanted at (`u64::MAX`: none).
+        due: u64,
+        /// Bumped whenever the worker is told to stop; a worker serves its generation only.
+        generation: u64,
+        worker: Option<(JoinHandle<()>, ThreadId)>,
+    }
+
+    fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+        m.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    impl Runtime {
+        fn new() -> Self {
+            Self {
+                state: Mutex::new(RuntimeState {
+                    hosts: Vec::new(),
+                    kicked: false,
+                    due: u64::MAX,
+                    generation: 0,
+                    worker: None,
+                }),
+                wake: Condvar::new(),
+            }
+        }
+
+        /// Whether a worker serves hosts now (kicks go to it, not to the record).
+        fn serving(&self) -> bool {
+            lock(&self.state).worker.is_some()
+        }
+
+        /// Wants a service call at `at` (platform time); `false` when no worker serves.
+        fn want(&self, at: u64, kick: bool) -> bool {
+            let mut state = lock(&self.state);
+            if state.worker.is_none() {
+                return false;
+            }
+            state.kicked |= kick;
+            state.due = state.due.min(at);
+            drop(state);
+            self.wake.notify_one();
+            true
+        }
+    }
+
+    /// The worker (kblockd): serves every attached host when kicked or due, sleeps until
+    /// the earliest time wanted otherwise.
+    fn worker(inner: Arc<Inner>, generation: u64) {
+        let Some(runtime) = inner.runtime.clone() else {
+            return;
+        };
+        let mut hosts: Vec<Weak<dyn Service>> = Vec::new();
+        let mut state = lock(&runtime.state);
+        loop {
+            if state.generation != generation {
+                return;
+            }
+            let now = inner.clock.now_ns();
+            if state.kicked || state.due <= now {
+                state.kicked = false;
+                state.due = u64::MAX;
+                hosts.clone_from(&state.hosts);
+                drop(state);
+                let mut next = u64::MAX;
+                for host in hosts.drain(..) {
+                    // The last reference may be this one: the host's drop detaches, and
+                    // takes the lock, which is not held here.
+                    if let Some(host) = host.upgrade() {
+                        if let Some(at) = host.service() {
+                            next = next.min(at);
+                        }
+                    }
+                }
+                state = lock(&runtime.state);
+                state.due = state.due.min(next);
+                continue;
+            }
+            state = if state.due == u64::MAX {
+                runtime.wake.wait(state).unwrap_or_else(|e| e.into_inner())
+            } else {
+                let wait = Duration::from_nanos(state.due - now);
+                runtime
+                    .wake
+                    .wait_timeout(state, wait)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0
+            };
+        }
     }
 
     impl StdPlatform {
-        /// A platform with one CPU slot per hardware thread of this machine.
+        /// A platform with one CPU slot per hardware thread of this machine, with its
+        /// runtime: the first host made on it starts the worker that runs kicked and
+        /// delayed hardware queues and the hosts' periodic work (see [`StdPlatform`]).
         ///
         /// ```
         /// use blkmq_core::{Platform, StdPlatform};
@@ -191,7 +400,8 @@ mod std_platform {
             Self::with_cpus(cpus)
         }
 
-        /// A platform with `nr_cpus` CPU slots (at least one).
+        /// A platform with `nr_cpus` CPU slots (at least one), with its runtime (see
+        /// [`new`](Self::new)).
         ///
         /// ```
         /// use blkmq_core::{Platform, StdPlatform};
@@ -199,13 +409,80 @@ mod std_platform {
         /// assert_eq!(StdPlatform::with_cpus(0).nr_cpus(), 1);
         /// ```
         pub fn with_cpus(nr_cpus: usize) -> Self {
+            Self::make(nr_cpus, Some(Arc::new(Runtime::new())))
+        }
+
+        /// A platform in manual mode, one CPU slot per hardware thread: no worker, kicks
+        /// recorded (or handed to [`on_kick`](Self::on_kick)) for the caller to run,
+        /// [`Host::service`](crate::Host::service) called by hand.
+        ///
+        /// ```
+        /// use blkmq_core::*;
+        /// use blkmq_core::testing::Null;
+        /// let platform = StdPlatform::manual();
+        /// let host = Host::new(TagSet::builder(8), platform.clone(), Null::new()).unwrap();
+        /// assert!(!platform.has_worker());
+        /// platform.kick(0);
+        /// assert_eq!(platform.take_kicks(), vec![0]);
+        /// # drop(host);
+        /// ```
+        pub fn manual() -> Self {
+            let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+            Self::manual_with_cpus(cpus)
+        }
+
+        /// A platform in manual mode (see [`manual`](Self::manual)) with `nr_cpus` CPU
+        /// slots (at least one).
+        ///
+        /// ```
+        /// use blkmq_core::{Platform, StdPlatform};
+        /// let platform = StdPlatform::manual_with_cpus(3);
+        /// assert_eq!(platform.nr_cpus(), 3);
+        /// platform.kick_after(2, 1_000);
+        /// assert_eq!(platform.take_kicks(), vec![2]); // recorded, the delay left to the caller
+        /// ```
+        pub fn manual_with_cpus(nr_cpus: usize) -> Self {
+            Self::make(nr_cpus, None)
+        }
+
+        fn make(nr_cpus: usize, runtime: Option<Arc<Runtime>>) -> Self {
             Self {
                 inner: Arc::new(Inner {
                     nr_cpus: nr_cpus.max(1),
                     clock: Clock::new(),
                     handler: Mutex::new(None),
                     kicked: Mutex::new(BTreeSet::new()),
+                    runtime,
                 }),
+            }
+        }
+
+        /// Whether a worker thread serves this platform's hosts now: in runtime mode from
+        /// the first host made on it until the last is dropped; never in manual mode.
+        ///
+        /// ```
+        /// use blkmq_core::*;
+        /// use blkmq_core::testing::Null;
+        /// let platform = StdPlatform::with_cpus(2);
+        /// let a = Host::new(TagSet::builder(8), platform.clone(), Null::new()).unwrap();
+        /// let b = Host::new(TagSet::builder(8), platform.clone(), Null::new()).unwrap();
+        /// drop(a);
+        /// assert!(platform.has_worker()); // `b` still uses it
+        /// drop(b);
+        /// assert!(!platform.has_worker());
+        /// ```
+        pub fn has_worker(&self) -> bool {
+            self.inner.runtime.as_ref().is_some_and(|r| r.serving())
+        }
+
+        /// Records `hctx`'s kick, or hands it to the handler.
+        fn record(&self, hctx: usize) {
+            let handler = lock(&self.inner.handler).clone();
+            match handler {
+                Some(handler) => handler(hctx),
+                None => {
+                    lock(&self.inner.kicked).insert(hctx);
+                }
             }
         }
 
@@ -303,21 +580,71 @@ mod std_platform {
         }
 
         fn kick(&self, hctx: usize) {
-            let handler = self
-                .inner
-                .handler
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone();
-            match handler {
-                Some(handler) => handler(hctx),
-                None => {
-                    self.inner
-                        .kicked
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .insert(hctx);
+            let now = self.now_ns();
+            if let Some(runtime) = &self.inner.runtime {
+                if runtime.want(now, true) {
+                    return;
                 }
+            }
+            self.record(hctx);
+        }
+
+        fn kick_after(&self, hctx: usize, delay_ns: u64) {
+            if let Some(runtime) = &self.inner.runtime {
+                if runtime.want(self.now_ns().saturating_add(delay_ns), false) {
+                    return;
+                }
+            }
+            self.record(hctx);
+        }
+
+        fn service_after(&self, delay_ns: u64) {
+            if let Some(runtime) = &self.inner.runtime {
+                runtime.want(self.now_ns().saturating_add(delay_ns), false);
+            }
+        }
+
+        fn attach(&self, service: Weak<dyn Service>) {
+            let Some(runtime) = &self.inner.runtime else {
+                return;
+            };
+            let mut state = lock(&runtime.state);
+            state.hosts.push(service);
+            state.kicked = true; // a first look: the new host's periodic checks
+            if state.worker.is_none() {
+                let inner = Arc::clone(&self.inner);
+                let generation = state.generation;
+                let handle = std::thread::Builder::new()
+                    .name("blkmq-kblockd".into())
+                    .spawn(move || worker(inner, generation))
+                    .expect("the runtime's worker thread could not be started");
+                let id = handle.thread().id();
+                state.worker = Some((handle, id));
+            }
+            drop(state);
+            runtime.wake.notify_one();
+        }
+
+        fn detach(&self) {
+            let Some(runtime) = &self.inner.runtime else {
+                return;
+            };
+            let mut state = lock(&runtime.state);
+            state.hosts.retain(|host| host.strong_count() > 0);
+            if !state.hosts.is_empty() {
+                return;
+            }
+            let Some((handle, id)) = state.worker.take() else {
+                return;
+            };
+            state.generation += 1;
+            state.kicked = false;
+            state.due = u64::MAX;
+            drop(state);
+            runtime.wake.notify_all();
+            // On the worker itself (it held the last reference) it returns by itself.
+            if id != std::thread::current().id() {
+                let _ = handle.join();
             }
         }
     }

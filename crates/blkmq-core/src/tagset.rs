@@ -2,6 +2,8 @@
 
 use alloc::boxed::Box;
 use alloc::sync::Arc;
+use alloc::vec::Vec;
+use core::cmp::Reverse;
 use core::fmt;
 use core::sync::atomic::AtomicU32 as IdCounter;
 
@@ -338,6 +340,8 @@ impl TagSetBuilder {
             })
             .collect::<Result<Box<[_]>, _>>()?;
         let bios = BioPool::new(self.bio_slots.unwrap_or(4 * self.depth))?;
+        // Room for every driver tag, made here: a busy walk allocates nothing.
+        let seen = Vec::with_capacity(maps.iter().map(|m| m.requests.len()).sum());
         let id = next_pool_id().ok_or(ConfigError::IdentitiesExhausted)?;
         Ok(Arc::new(TagSet {
             id,
@@ -351,7 +355,7 @@ impl TagSetBuilder {
             maps,
             bios,
             queues: AtomicUsize::new(0),
-            iter_lock: lock_api::Mutex::new(()),
+            iter_lock: lock_api::Mutex::new(seen),
             platform,
         }))
     }
@@ -370,6 +374,8 @@ impl TagSetBuilder {
 /// * A map's `rqs[tag]` is non-null only while a scheduler request holds driver tag `tag`,
 ///   and then points into scheduler tags that are freed only under `iter_lock` after their
 ///   slots are cleared.
+/// * `iter_lock` holds the busy walk's room: capacity for one entry per driver tag of the
+///   maps' initial depths, empty outside a walk.
 /// * `id` (and every scheduler-tag identity) is handed out once while the process runs, so
 ///   an [`Rq`](crate::Rq) names requests of one set or of none.
 /// * `queues` counts the attached [`QueueTags`](crate::QueueTags): made by `attach`,
@@ -400,24 +406,32 @@ pub struct TagSet<T, P: Platform> {
     pub(crate) bios: BioPool,
     /// Attached request queues; above one, fair sharing is on.
     pub(crate) queues: AtomicUsize,
-    /// Held by busy iteration and by whoever frees scheduler tags (see the invariants).
-    pub(crate) iter_lock: lock_api::Mutex<P::RawMutex, ()>,
+    /// Held by busy iteration and by whoever frees scheduler tags (see the invariants); it
+    /// holds the busy walk's room.
+    pub(crate) iter_lock: lock_api::Mutex<P::RawMutex, Vec<Seen>>,
     pub(crate) platform: P,
 }
 
-/// A request seen by busy-tag iteration.
+/// A request seen by busy-tag iteration ([`TagSet::for_each_busy`],
+/// [`QueueTags::for_each_busy`](crate::QueueTags::for_each_busy)).
 ///
 /// ```
-/// use blkmq_core::{Alloc, StdPlatform, TagSet};
+/// use blkmq_core::{Alloc, RqState, StdPlatform, TagSet};
 ///
 /// let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
-/// let queue = set.attach().unwrap();
-/// let rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
+/// let (a, b) = (set.attach().unwrap(), set.attach().unwrap());
+/// let rq = a.alloc(&Alloc::new(0, 0)).unwrap();
+/// let mut other = b.alloc(&Alloc::new(0, 0)).unwrap();
+/// b.start(&mut other, 0).unwrap();
+/// let mut seen = Vec::new();
 /// set.for_each_busy(|busy| {
 ///     assert_eq!((busy.hctx, busy.tag), (0, busy.request.tag()));
+///     seen.push((busy.queue, busy.state));
 ///     true
 /// });
-/// queue.free(rq).unwrap();
+/// assert_eq!(seen, [(a.id(), RqState::Idle), (b.id(), RqState::InFlight)]);
+/// a.free(rq).unwrap();
+/// b.free(other).unwrap();
 /// ```
 #[derive(Debug)]
 pub struct BusyRq<'a, T> {
@@ -425,8 +439,31 @@ pub struct BusyRq<'a, T> {
     pub hctx: usize,
     /// The driver tag.
     pub tag: u32,
+    /// The request queue that owns the request: its [`QueueTags::id`](crate::QueueTags::id)
+    /// (and [`RequestQueue::id`](crate::RequestQueue::id)).
+    pub queue: u32,
+    /// The request's state and [generation](Request::generation) when the walk saw it,
+    /// both found again just before `f` was called: [`RqState::InFlight`] for a started
+    /// request, [`RqState::Idle`] for one allocated and not (or no longer) started,
+    /// [`RqState::Complete`] for one whose tags are being freed.
+    pub state: RqState,
+    /// See [`state`](Self::state): compare it with [`Request::snapshot`] before acting on
+    /// the request outside the walk.
+    pub generation: u64,
     /// The request.
     pub request: &'a Request<T>,
+}
+
+/// One request a busy walk found while reading the maps, looked at again before it is
+/// reported.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Seen {
+    /// The request's address (compared only, never followed).
+    addr: usize,
+    generation: u64,
+    state: RqState,
+    map: u32,
+    tag: u16,
 }
 
 impl TagSet<(), crate::platform::NoPlatform> {
@@ -734,12 +771,29 @@ impl<T, P: Platform> TagSet<T, P> {
         Ok(())
     }
 
-    /// Calls `f` for every request holding a driver tag, map by map, reserved tags first;
-    /// stops when `f` returns false. A request seen here may complete while `f` runs: compare
-    /// its [generation](Request::generation) before acting on it (see the `request` module).
+    /// Calls `f` once for each request holding a driver tag, map by map, reserved tags first,
+    /// started or not ([`BusyRq::state`] says which); stops when `f` returns false (Linux's
+    /// `blk_mq_tagset_busy_iter`).
+    ///
+    /// What a walk promises while requests come and go around it (Linux takes a reference
+    /// to each request and checks it again; this walk reads every map first, then checks
+    /// each request it found again just before calling `f`):
+    /// * each request at most once per walk, though a tag may be freed and taken again, or
+    ///   a scheduler request move from one driver tag to another, while the walk runs;
+    /// * only requests that were there at one and the same moment of the walk (between
+    ///   reading the maps and the first call to `f`), in the same allocation and the same
+    ///   state they are reported in: a request allocated or started after the walk read its
+    ///   tag, or ended, freed or requeued before `f` would see it, is not reported. So a walk
+    ///   never reports more requests than were allocated at that moment, nor more started
+    ///   ones ([`RqState::InFlight`]) than were in flight then.
+    ///
+    /// A request reported may still complete while `f` runs: compare its
+    /// [generation](Request::generation) with [`BusyRq::generation`] before acting on it
+    /// after the walk (see the `request` module).
     ///
     /// The set's iteration lock is held while `f` runs: `f` must not iterate the set again,
-    /// drop one of its queues or detach scheduler tags, which take the same lock.
+    /// drop one of its queues or detach scheduler tags, which take the same lock. The walk
+    /// allocates nothing (its room is made with the set).
     ///
     /// ```
     /// use blkmq_core::{Alloc, StdPlatform, TagSet};
@@ -758,46 +812,88 @@ impl<T, P: Platform> TagSet<T, P> {
         self.busy_iter(None, None, &mut f);
     }
 
-    /// Busy iteration, optionally only one hardware queue and one request queue.
+    /// Busy iteration, optionally only one hardware queue and one request queue, with the
+    /// promises of [`for_each_busy`](Self::for_each_busy).
     pub(crate) fn busy_iter(
         &self,
         hctx: Option<usize>,
         queue: Option<u32>,
         f: &mut dyn FnMut(BusyRq<'_, T>) -> bool,
     ) {
-        let _guard = self.iter_lock.lock();
+        let mut seen = self.iter_lock.lock();
+        seen.clear();
+        let wanted = |request: &Request<T>| {
+            queue.is_none_or(|q| q == request.queue_id())
+                && hctx.is_none_or(|h| h == request.hctx())
+        };
+        // Read the maps: what holds a driver tag, in which allocation and state.
+        let mut moved = false;
         for (index, map) in self.maps.iter().enumerate() {
             if self.maps.len() > 1 && hctx.is_some_and(|h| h != index) {
                 continue;
             }
-            let go_on = map.for_each_busy_tag(|tag| {
-                let Some(request) = self.busy_request(map, tag) else {
+            map.for_each_busy_tag(|tag| {
+                let Some((request, from_slot)) = self.busy_request(map, tag) else {
                     return true;
                 };
-                if queue.is_some_and(|q| q != request.queue_id())
-                    || hctx.is_some_and(|h| h != request.hctx())
-                {
-                    return true;
+                let (generation, state) = request.snapshot();
+                // Room for every tag was made with the set, and each tag is read once.
+                if wanted(request) && seen.len() < seen.capacity() {
+                    // Found through a slot into scheduler tags: such a request may move
+                    // between driver tags while the maps are read.
+                    moved |= from_slot;
+                    seen.push(Seen {
+                        addr: core::ptr::from_ref(request).addr(),
+                        generation,
+                        state,
+                        map: index as u32,
+                        tag: tag as u16,
+                    });
                 }
-                f(BusyRq {
-                    hctx: request.hctx(),
-                    tag: tag as u32,
-                    request,
-                })
+                true
+            });
+        }
+        if moved {
+            // A scheduler request may have moved to a later driver tag while the maps were
+            // read: keep only the last place each was seen, then put them back in order.
+            seen.sort_unstable_by_key(|s| (s.addr, Reverse((s.map, s.tag))));
+            seen.dedup_by_key(|s| s.addr);
+            seen.sort_unstable_by_key(|s| (s.map, s.tag));
+        }
+        // Report what is still where, and as, it was.
+        for s in seen.iter() {
+            let map = &self.maps[s.map as usize];
+            let Some((request, _)) = self.busy_request(map, usize::from(s.tag)) else {
+                continue;
+            };
+            if core::ptr::from_ref(request).addr() != s.addr
+                || request.snapshot() != (s.generation, s.state)
+                || !wanted(request)
+            {
+                continue;
+            }
+            let go_on = f(BusyRq {
+                hctx: request.hctx(),
+                tag: u32::from(s.tag),
+                queue: request.queue_id(),
+                state: s.state,
+                generation: s.generation,
+                request,
             });
             if !go_on {
-                return;
+                break;
             }
         }
+        seen.clear();
     }
 
-    /// The request holding driver tag `tag` of `map`, if a request holds it.
-    /// Callers hold `iter_lock`.
+    /// The request holding driver tag `tag` of `map`, if a request holds it, and whether it
+    /// was found through the map's slot into scheduler tags. Callers hold `iter_lock`.
     fn busy_request<'a>(
         &'a self,
         map: &'a TagMap<T, P::RawMutex>,
         tag: usize,
-    ) -> Option<&'a Request<T>> {
+    ) -> Option<(&'a Request<T>, bool)> {
         let slot = map.rqs[tag].load(Ordering::Acquire);
         let request = if slot.is_null() {
             &map.requests[tag]
@@ -810,7 +906,7 @@ impl<T, P: Platform> TagSet<T, P> {
         match request.state() {
             RqState::Free => None,
             _ if request.driver_tag() != tag as u32 && request.driver_tag() != NO_TAG => None,
-            _ => Some(request),
+            _ => Some((request, !slot.is_null())),
         }
     }
 }

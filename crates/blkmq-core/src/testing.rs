@@ -35,7 +35,7 @@
 //! queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
 //! assert_eq!(host.in_driver(), 1);
 //! for rq in host.driver().take() {
-//!     queue.end_request(rq, Status::Ok);
+//!     queue.end_request(rq, Status::Ok).unwrap();
 //! }
 //! assert_eq!(host.in_driver(), 0);
 //! ```
@@ -102,8 +102,13 @@ impl<P: Platform> Driver for Null<P> {
     fn init_request(&self, _: RequestInit) {}
 
     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _last: bool) -> Result<(), Rejected> {
-        cx.queue().end_request(rq, Status::Ok);
-        Ok(())
+        // `queue_rq` is handed the queue's own requests: none is refused.
+        cx.queue()
+            .end_request(rq, Status::Ok)
+            .map_err(|misused| Rejected {
+                rq: misused.rq,
+                status: Status::IoErr,
+            })
     }
 }
 
@@ -123,7 +128,7 @@ impl<P: Platform> Driver for Null<P> {
 /// assert_eq!(host.driver().len(), 2);
 /// let held = host.driver().take();
 /// assert!(host.driver().is_empty());
-/// queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok)));
+/// queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok))).unwrap();
 /// assert_eq!(host.in_driver(), 0);
 /// ```
 pub struct Hold<P: Platform> {
@@ -155,7 +160,7 @@ impl<P: Platform> Hold<P> {
     /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
     /// let held = host.driver().take();
     /// assert_eq!(queue.io(&held[0]).unwrap().sector(), 0);
-    /// # queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok)));
+    /// # queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok))).unwrap();
     /// ```
     pub fn take(&self) -> Vec<Rq> {
         core::mem::take(&mut *self.held.lock())

@@ -1,7 +1,7 @@
 //! The request queue's steady state allocates nothing: once warmed up, 10,000 I/Os — submit,
 //! `queue_rq`, `end_request` — touch no heap, with and without an elevator, completed one at a
-//! time inside `queue_rq` or in batches, through a plug made once and reused, with merges and
-//! with splits. Measured with a counting allocator on the submitting thread (everything here
+//! time inside `queue_rq` or in batches, through a plug made once and reused or a fresh plug
+//! per batch, with merges and with splits. Measured with a counting allocator on the submitting thread (everything here
 //! runs on it).
 //!
 //! Set `ALLOC_QUEUE_BACKTRACE=1` to have a failing run print where its first allocation came
@@ -183,7 +183,7 @@ impl Driver for Null {
     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _last: bool) -> Result<(), Rejected> {
         if self.inline {
             self.requests.fetch_add(1, Ordering::Relaxed);
-            cx.queue().end_request(rq, Status::Ok);
+            cx.queue().end_request(rq, Status::Ok).unwrap();
             return Ok(());
         }
         let mut held = self.held.lock().unwrap();
@@ -244,7 +244,9 @@ fn scattered(i: u64) -> u64 {
 /// Ends everything the driver holds in one batch, through `spare` (room made once).
 fn end_held(host: &Host<Null>, queue: &RequestQueue<Null>, spare: &mut Vec<Rq>) {
     std::mem::swap(&mut *host.driver().held.lock().unwrap(), spare);
-    queue.end_requests(spare.drain(..).map(|rq| (rq, Status::Ok)));
+    queue
+        .end_requests(spare.drain(..).map(|rq| (rq, Status::Ok)))
+        .unwrap();
 }
 
 /// `rounds` rounds of `per_round` scattered bios submitted, then ended in one batch.
@@ -353,6 +355,60 @@ fn a_reused_plug_allocates_nothing() {
     assert_no_alloc("plug", || run(100, IOS));
     assert_eq!(ended() - before, IOS);
     assert_eq!(host.driver().requests() - requests, IOS, "nothing merges");
+}
+
+#[test]
+fn a_fresh_plug_per_batch_allocates_nothing() {
+    // As Linux code starts a plug per batch: each batch of 8 in a plug of its own, flushed
+    // when it drops; with inline completion and with the driver holding a batch.
+    for inline in [true, false] {
+        let (host, queue) = build(inline, LIMITS, false);
+        let mut spare = Vec::with_capacity(64);
+        let mut run = |from: u64, n: u64| {
+            for batch in (from..from + n).step_by(8) {
+                let mut plug = Plug::new();
+                for i in batch..batch + 8 {
+                    queue
+                        .submit_plugged(&mut plug, bio(Op::Read, scattered(i)))
+                        .unwrap();
+                }
+                assert_eq!(plug.len(), 8, "nothing merges");
+                drop(plug);
+                if !inline {
+                    end_held(&host, &queue, &mut spare);
+                }
+            }
+        };
+        run(0, 100);
+        let before = ended();
+        let requests = host.driver().requests();
+        assert_no_alloc("a plug per batch", || run(104, IOS));
+        assert_eq!(ended() - before, IOS);
+        assert_eq!(host.driver().requests() - requests, IOS, "nothing merges");
+        assert_eq!(
+            (host.set().busy(), host.in_driver(), queue.usage()),
+            (0, 0, 0)
+        );
+    }
+}
+
+#[test]
+fn starting_a_plug_allocates_nothing() {
+    let (_host, queue) = build(true, LIMITS, false);
+    let (count, _) = counted(|| {
+        for _ in 0..IOS {
+            let plug: Plug<'_, Null> = Plug::new();
+            std::hint::black_box(&plug);
+        }
+    });
+    assert_eq!(count, 0, "Plug::new allocates");
+    // A plug given a request and dropped hands it over: nothing is left behind.
+    let mut plug = Plug::new();
+    queue
+        .submit_plugged(&mut plug, bio(Op::Read, scattered(0)))
+        .unwrap();
+    drop(plug);
+    assert_eq!(queue.usage(), 0);
 }
 
 #[test]

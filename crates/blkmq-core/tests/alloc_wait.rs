@@ -184,7 +184,7 @@ fn serve(queue: &Queue, stop: &AtomicBool) {
     while !stop.load(Ordering::Acquire) {
         let next = queue.driver().held.lock().unwrap().pop_front();
         match next {
-            Some(rq) => queue.end_request(rq, Status::Ok),
+            Some(rq) => queue.end_request(rq, Status::Ok).unwrap(),
             None => thread::yield_now(),
         }
     }

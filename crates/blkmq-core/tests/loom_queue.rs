@@ -298,7 +298,7 @@ impl World {
     /// and that nothing is left behind.
     fn drain(&self, in_flight: impl IntoIterator<Item = Rq>, expected: usize) {
         for rq in in_flight {
-            self.queue.end_request(rq, Status::Ok);
+            self.queue.end_request(rq, Status::Ok).unwrap();
         }
         for _ in 0..=expected {
             let kicked = self.serve_kicks();
@@ -307,7 +307,7 @@ impl World {
                 break;
             }
             for rq in held {
-                self.queue.end_request(rq, Status::Ok);
+                self.queue.end_request(rq, Status::Ok).unwrap();
             }
         }
         assert_eq!(self.device().taken(), expected, "a request was stranded");
@@ -375,7 +375,7 @@ fn give_up_vs_completion(world: World, cpu: usize, others: usize) {
             world.submit(64);
         })
     };
-    world.queue.end_request(first, Status::Ok);
+    world.queue.end_request(first, Status::Ok).unwrap();
     submitter.join().unwrap();
     world.check_taken(2 + others);
     assert_eq!(
@@ -450,7 +450,7 @@ fn two_submitters_and_a_completion() {
         let world = Arc::new(World::new(TagSet::builder(4), 1, Device::new(1, None)));
         let first = world.prefill(1).pop().unwrap();
         let submitters = submitters(&world, [64, 128]);
-        world.queue.end_request(first, Status::Ok);
+        world.queue.end_request(first, Status::Ok).unwrap();
         for s in submitters {
             s.join().unwrap();
         }

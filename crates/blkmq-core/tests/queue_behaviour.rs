@@ -247,7 +247,7 @@ impl<P: Platform, const BATCH: bool> Disk<P, BATCH> {
         };
         lock(&self.seen).push(seen);
         if self.inline {
-            cx.queue().end_request(held.rq, Status::Ok);
+            cx.queue().end_request(held.rq, Status::Ok).unwrap();
         } else {
             lock(&self.held).push(held);
         }
@@ -327,7 +327,9 @@ fn finish<P: Platform, const B: bool>(queue: &RequestQueue<Disk<P, B>>) -> usize
             return ended;
         }
         ended += mine.len();
-        queue.end_requests(mine.into_iter().map(|h| (h.rq, Status::Ok)));
+        queue
+            .end_requests(mine.into_iter().map(|h| (h.rq, Status::Ok)))
+            .unwrap();
     }
 }
 
@@ -361,9 +363,10 @@ fn limits() -> QueueLimits {
     QueueLimits::new(1 << 21)
 }
 
-/// A host on a `StdPlatform` of `cpus` CPUs; the calling thread is CPU 0.
+/// A host on a `StdPlatform` of `cpus` CPUs in manual mode (the test runs what is kicked);
+/// the calling thread is CPU 0.
 fn host_with(tags: TagSetBuilder, cpus: usize, disk: StdDisk) -> Arc<Host<StdDisk>> {
-    let platform = StdPlatform::with_cpus(cpus);
+    let platform = StdPlatform::manual_with_cpus(cpus);
     platform.pin_current_thread(0);
     Host::new(tags, platform, disk).unwrap()
 }
@@ -495,7 +498,7 @@ fn bios_behind_a_busy_driver_merge_in_the_software_queue() {
     assert_eq!(disk.held_sectors(), [1000]);
     disk.cap.store(usize::MAX, Ordering::SeqCst);
     let first = disk.take_at(1000);
-    queue.end_request(first.rq, Status::Ok);
+    queue.end_request(first.rq, Status::Ok).unwrap();
 
     let seen = disk.seen();
     let ranges: Vec<_> = seen.iter().map(Seen::ranges).collect();
@@ -920,11 +923,15 @@ fn a_split_parent_ends_after_its_last_piece_with_the_first_error() {
     queue.submit(log.bio(0, Op::Read, 0, 48)).unwrap();
     let disk = host.driver();
     assert_eq!(disk.held_sectors(), [0, 16, 32]);
-    queue.end_request(disk.take_at(32).rq, Status::Ok);
+    queue.end_request(disk.take_at(32).rq, Status::Ok).unwrap();
     assert!(log.ends().is_empty());
-    queue.end_request(disk.take_at(16).rq, Status::Medium);
+    queue
+        .end_request(disk.take_at(16).rq, Status::Medium)
+        .unwrap();
     assert!(log.ends().is_empty());
-    queue.end_request(disk.take_at(0).rq, Status::IoErr);
+    queue
+        .end_request(disk.take_at(0).rq, Status::IoErr)
+        .unwrap();
     assert_eq!(log.ends(), [(0, Status::Medium)]);
 
     // The slot is free again: a second split bio ends on its own.
@@ -1177,7 +1184,7 @@ fn a_plug_flushes_before_a_request_after_a_large_one() {
 type BatchDisk = Disk<StdPlatform, true>;
 
 fn batch_queue() -> (Arc<Host<BatchDisk>>, Arc<RequestQueue<BatchDisk>>) {
-    let platform = StdPlatform::with_cpus(1);
+    let platform = StdPlatform::manual_with_cpus(1);
     platform.pin_current_thread(0);
     let host = Host::new(TagSet::builder(16), platform, BatchDisk::new(1)).unwrap();
     let queue = host.add_queue(QueueConfig::new(limits())).unwrap();
@@ -1373,9 +1380,9 @@ fn a_flushed_plug_that_fills_the_driver_waits_for_completions() {
     assert_eq!(disk.held_sectors(), [0, 100]);
     assert_eq!(disk.calls(), [3], "the third was turned down");
     assert!(queue.has_work(0));
-    queue.end_request(disk.take_at(0).rq, Status::Ok);
+    queue.end_request(disk.take_at(0).rq, Status::Ok).unwrap();
     assert_eq!(disk.held_sectors(), [100, 200]);
-    queue.end_request(disk.take_at(100).rq, Status::Ok);
+    queue.end_request(disk.take_at(100).rq, Status::Ok).unwrap();
     assert_eq!(disk.held_sectors(), [200, 300]);
     disk.cap.store(usize::MAX, Ordering::SeqCst);
     assert_eq!(finish(&queue), 3);
@@ -1400,7 +1407,7 @@ fn a_queue_rqs_reject_puts_the_rest_back_for_later() {
     assert_eq!(host.in_driver(), 2);
     assert_eq!(host.set().busy(), 5, "the rest wait with their tags");
 
-    queue.end_request(disk.take_at(0).rq, Status::Ok);
+    queue.end_request(disk.take_at(0).rq, Status::Ok).unwrap();
     assert_eq!(disk.calls(), [3]);
     assert_eq!(disk.held_sectors(), [100, 200, 300, 400]);
     assert_eq!(lock(&disk.batches).len(), 1);
@@ -1431,7 +1438,9 @@ fn a_timeout_fires_once_per_dispatch_when_done() {
 
     clock.set(5000);
     let held = disk.take_all();
-    queue.requeue_request(held.into_iter().next().unwrap().rq, true);
+    queue
+        .requeue_request(held.into_iter().next().unwrap().rq, true)
+        .unwrap();
     assert_eq!(disk.held_sectors(), [0]);
     assert_eq!(queue.check_timeouts(5999), 0);
     assert_eq!(queue.check_timeouts(6000), 1);
@@ -1439,7 +1448,9 @@ fn a_timeout_fires_once_per_dispatch_when_done() {
     assert_eq!(queue.timed_out(), 2);
     assert_eq!(lock(&disk.timed_out).len(), 2);
 
-    queue.end_request(disk.take_at(0).rq, Status::Timeout);
+    queue
+        .end_request(disk.take_at(0).rq, Status::Timeout)
+        .unwrap();
     assert_eq!(log.ends(), [(0, Status::Timeout)]);
     assert_eq!(queue.check_timeouts(u64::MAX), 0);
     assert_eq!(queue.timed_out(), 2);
@@ -1515,12 +1526,14 @@ fn completed_and_queued_requests_never_time_out() {
     queue.submit(log.bio(0, Op::Read, 0, 8)).unwrap();
     queue.submit(log.bio(1, Op::Read, 100, 8)).unwrap();
     let kept = lock(&disk.held)[1].tag;
-    queue.end_request(disk.take_at(0).rq, Status::Ok);
+    queue.end_request(disk.take_at(0).rq, Status::Ok).unwrap();
     queue.quiesce();
     queue.submit(log.bio(2, Op::Read, 200, 8)).unwrap();
     assert_eq!(queue.check_timeouts(u64::MAX - 1), 1);
     assert_eq!(*lock(&disk.timed_out), [kept]);
-    queue.end_request(disk.take_at(100).rq, Status::Timeout);
+    queue
+        .end_request(disk.take_at(100).rq, Status::Timeout)
+        .unwrap();
     assert_eq!(
         queue.check_timeouts(u64::MAX - 1),
         0,
@@ -1650,10 +1663,10 @@ fn freeze_waits_for_held_requests_ended_elsewhere() {
         assert!(frozen.try_recv().is_err(), "two requests held");
         let mut held = disk.take_all();
         let (second, first) = (held.pop().unwrap(), held.pop().unwrap());
-        queue.end_request(first.rq, Status::Ok);
+        queue.end_request(first.rq, Status::Ok).unwrap();
         assert!(!queue.is_drained());
         assert!(frozen.try_recv().is_err(), "one request held");
-        queue.end_request(second.rq, Status::Ok);
+        queue.end_request(second.rq, Status::Ok).unwrap();
         frozen.recv().unwrap();
     });
     assert!(queue.is_frozen() && queue.is_drained());
@@ -1679,7 +1692,7 @@ fn a_completion_reissues_a_request_pushed_back_with_resource() {
     queue.submit(log.bio(1, Op::Write, 100, 8)).unwrap();
     assert_eq!(disk.calls(), [2]);
     assert_eq!(disk.held_sectors(), [0]);
-    queue.end_request(disk.take_at(0).rq, Status::Ok);
+    queue.end_request(disk.take_at(0).rq, Status::Ok).unwrap();
     assert_eq!(disk.calls(), [3]);
     assert_eq!(disk.held_sectors(), [100]);
     assert!(host.set().platform().take_kicks().is_empty());
@@ -1719,7 +1732,7 @@ fn budget_exhaustion_waits_like_resource() {
     queue.submit(log.bio(1, Op::Read, 100, 8)).unwrap();
     assert_eq!(disk.calls(), [1]);
     assert_eq!(disk.held_sectors(), [0]);
-    queue.end_request(disk.take_at(0).rq, Status::Ok);
+    queue.end_request(disk.take_at(0).rq, Status::Ok).unwrap();
     assert_eq!(disk.calls(), [2]);
     assert_eq!(disk.held_sectors(), [100]);
     assert!(host.set().platform().take_kicks().is_empty());
@@ -1767,7 +1780,7 @@ fn a_completion_on_one_queue_reruns_another_waiting_for_a_driver_tag() {
     assert_eq!(b.queue_tags().sched_busy(), 1);
     assert_eq!(disk.held_sectors(), [0, 100, 200, 300]);
 
-    a.end_request(disk.take_at(200).rq, Status::Ok);
+    a.end_request(disk.take_at(200).rq, Status::Ok).unwrap();
     assert_eq!(disk.calls(), [5, 0]);
     let last = disk.seen().pop().unwrap();
     assert_eq!((last.queue, last.sector), (addr(&b), 100_000));
@@ -1805,7 +1818,9 @@ fn a_completion_reruns_exactly_the_waiting_hardware_queue_of_128() {
     let held: Vec<usize> = lock(&disk.held).iter().map(|h| h.hctx).collect();
     assert_eq!(held, [3, 64, 127]);
 
-    queue.end_request(disk.take_at(64 * 64).rq, Status::Ok);
+    queue
+        .end_request(disk.take_at(64 * 64).rq, Status::Ok)
+        .unwrap();
     want[90] = 2;
     assert_eq!(disk.calls(), want);
     let held: Vec<usize> = lock(&disk.held).iter().map(|h| h.hctx).collect();
@@ -1830,7 +1845,7 @@ fn requeue_waits_for_a_kick_then_goes_first() {
     let (host, queue) = single(QueueConfig::new(limits()));
     let disk = host.driver();
     queue.submit(log.bio(0, Op::Write, 0, 8)).unwrap();
-    queue.requeue_request(disk.take_at(0).rq, false);
+    queue.requeue_request(disk.take_at(0).rq, false).unwrap();
     assert_eq!(queue.requeued(), 1);
     assert_eq!(host.in_driver(), 0);
     assert_eq!(disk.calls(), [1]);
@@ -1850,7 +1865,7 @@ fn requeue_waits_for_a_kick_then_goes_first() {
     assert_eq!(sectors, [0, 100, 0, 200, 300]);
     assert!(log.ends().is_empty());
 
-    queue.requeue_request(disk.take_at(200).rq, true);
+    queue.requeue_request(disk.take_at(200).rq, true).unwrap();
     assert_eq!(queue.requeued(), 0);
     let sectors: Vec<u64> = disk.seen().iter().map(|s| s.sector).collect();
     assert_eq!(sectors, [0, 100, 0, 200, 300, 200]);
@@ -1872,7 +1887,7 @@ fn requeued_requests_survive_switching_the_elevator_away() {
     queue.submit(log.bio(1, Op::Read, 100, 8)).unwrap();
     queue.submit(log.bio(2, Op::Flush, 0, 0)).unwrap();
     for held in disk.take_all() {
-        queue.requeue_request(held.rq, false);
+        queue.requeue_request(held.rq, false).unwrap();
     }
     assert_eq!((queue.requeued(), host.in_driver()), (3, 0));
 
@@ -1922,7 +1937,7 @@ fn a_deactivated_hardware_queue_sends_bios_elsewhere_and_drains() {
     let hctxs: Vec<(u64, usize)> = disk.seen().iter().map(|s| (s.sector, s.hctx)).collect();
     assert_eq!(hctxs, [(0, 1), (100, 0), (200, 0)]);
     assert!(!queue.is_hctx_drained(1));
-    queue.end_request(disk.take_at(0).rq, Status::Ok);
+    queue.end_request(disk.take_at(0).rq, Status::Ok).unwrap();
     assert!(queue.is_hctx_drained(1));
     assert!(!queue.is_hctx_drained(0));
 
@@ -2187,7 +2202,9 @@ fn batched_completion_ends_each_with_its_status_and_restarts() {
         Status::NoSpace,
     ];
     let held = disk.take_all();
-    queue.end_requests(held.into_iter().zip(statuses).map(|(h, s)| (h.rq, s)));
+    queue
+        .end_requests(held.into_iter().zip(statuses).map(|(h, s)| (h.rq, s)))
+        .unwrap();
     let want: Vec<(u32, Status)> = (0..5).zip(statuses).collect();
     assert_eq!(log.ends(), want);
     assert_eq!(disk.held_sectors(), [500]);

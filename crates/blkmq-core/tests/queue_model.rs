@@ -1356,7 +1356,9 @@ impl<const B: bool> Harness<B> {
                     let i = usize::from(pick) % st.held.len();
                     st.held.remove(i)
                 };
-                self.queues[held.queue].requeue_request(held.rq, kick);
+                self.queues[held.queue]
+                    .requeue_request(held.rq, kick)
+                    .unwrap();
             }
             Act::KickRequeue { queue } => {
                 let qi = self.queue_index(queue);
@@ -1454,9 +1456,9 @@ impl<const B: bool> Harness<B> {
             self.ended_by_test += batch.len();
             if batch.len() == 1 {
                 let (rq, status) = batch.into_iter().next().expect("one request");
-                queue.end_request(rq, status);
+                queue.end_request(rq, status).unwrap();
             } else {
-                queue.end_requests(batch);
+                queue.end_requests(batch).unwrap();
             }
         }
     }

@@ -70,7 +70,9 @@ fn run(elevator: bool) {
             break;
         }
         rounds += 1;
-        queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok)));
+        queue
+            .end_requests(held.into_iter().map(|rq| (rq, Status::Ok)))
+            .unwrap();
     }
     assert_eq!(ENDED.load(Ordering::SeqCst), 11);
     assert!(rounds >= 4, "{rounds}");

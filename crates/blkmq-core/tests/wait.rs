@@ -34,7 +34,7 @@ fn serve(queue: &Queue, stop: &AtomicBool, status: impl Fn(u64) -> Status) {
         }
         for rq in held {
             let sector = queue.io(&rq).unwrap().sector();
-            queue.end_request(rq, status(sector));
+            queue.end_request(rq, status(sector)).unwrap();
         }
     }
 }
@@ -82,7 +82,9 @@ fn every_status_reaches_the_waiter() {
             .collect();
         for rq in take(&queue, statuses.len()) {
             let sector = queue.io(&rq).unwrap().sector();
-            queue.end_request(rq, statuses[(sector / 16) as usize]);
+            queue
+                .end_request(rq, statuses[(sector / 16) as usize])
+                .unwrap();
         }
         let got: Vec<Status> = waiters.into_iter().map(|w| w.join().unwrap()).collect();
         assert_eq!(got, statuses);
@@ -122,7 +124,7 @@ fn a_split_bio_gives_its_waiter_the_first_error_and_its_own_callback_still_runs(
         // In sector order: the second piece fails first, the third after it.
         let ends = [Status::Ok, Status::Medium, Status::IoErr, Status::Ok];
         for (rq, status) in held.into_iter().zip(ends) {
-            queue.end_request(rq, status);
+            queue.end_request(rq, status).unwrap();
         }
         assert_eq!(waiter.join().unwrap(), Status::Medium);
     });
@@ -273,12 +275,14 @@ fn a_noop_waker_future_resolves_once_the_driver_ends_the_bio() {
     assert!(first.as_mut().poll(&mut cx).is_pending()); // in the driver
     assert!(second.as_mut().poll(&mut cx).is_pending()); // waiting for the one tag
     assert_eq!(host.driver().len(), 1);
-    queue.end_request(host.driver().take().pop().unwrap(), Status::Ok);
+    queue
+        .end_request(host.driver().take().pop().unwrap(), Status::Ok)
+        .unwrap();
     assert_eq!(first.as_mut().poll(&mut cx), Poll::Ready(Status::Ok));
     assert!(second.as_mut().poll(&mut cx).is_pending()); // now in the driver
     let rq = host.driver().take().pop().unwrap();
     assert_eq!(queue.io(&rq).unwrap().sector(), 64);
-    queue.end_request(rq, Status::Protection);
+    queue.end_request(rq, Status::Protection).unwrap();
     assert_eq!(
         second.as_mut().poll(&mut cx),
         Poll::Ready(Status::Protection)
@@ -321,7 +325,7 @@ fn a_frozen_queue_puts_waiters_to_sleep_until_it_thaws() {
         queue.unfreeze();
         sleeper.join().unwrap();
         for rq in take(&queue, 2) {
-            queue.end_request(rq, Status::Ok);
+            queue.end_request(rq, Status::Ok).unwrap();
         }
         assert_eq!(waiter.join().unwrap(), Status::Ok);
     });

@@ -1307,7 +1307,7 @@ impl<const RQS: bool> ModelDriver<RQS> {
             Some(status) => {
                 st.record(&pieces, status);
                 drop(st);
-                queue.end_request(rq, status);
+                queue.end_request(rq, status).unwrap();
             }
         }
         Ok(())
@@ -1385,7 +1385,7 @@ impl<const RQS: bool> Driver for ModelDriver<RQS> {
                 drop(st);
                 let pieces = pieces(queue, &held.rq);
                 self.state.lock().record(&pieces, Status::Timeout);
-                queue.end_request(held.rq, Status::Timeout);
+                queue.end_request(held.rq, Status::Timeout).unwrap();
                 TimeoutAction::Done
             }
         }
@@ -1415,7 +1415,9 @@ impl<const RQS: bool> Driver for ModelDriver<RQS> {
             }
         }
         let n = taken.len();
-        queue.end_requests(taken.into_iter().map(|rq| (rq, status)));
+        queue
+            .end_requests(taken.into_iter().map(|rq| (rq, status)))
+            .unwrap();
         n
     }
 
@@ -2045,12 +2047,16 @@ impl<'q, const RQS: bool> Runner<'q, RQS> {
                     st.record(p, status);
                 }
             }
-            queue.end_requests(taken.into_iter().map(|h| (h.rq, status)));
+            queue
+                .end_requests(taken.into_iter().map(|h| (h.rq, status)))
+                .map_err(|e| format!("its own queue refused a request: {e}"))?;
         } else {
             for held in taken {
                 let p = pieces(queue, &held.rq);
                 self.driver().state.lock().record(&p, status);
-                queue.end_request(held.rq, status);
+                queue
+                    .end_request(held.rq, status)
+                    .map_err(|e| format!("its own queue refused a request: {e}"))?;
             }
         }
         Ok(())
@@ -2068,7 +2074,9 @@ impl<'q, const RQS: bool> Runner<'q, RQS> {
         let q = self
             .queue_index(held.queue)
             .ok_or_else(|| String::from("the driver holds a request of an unknown queue"))?;
-        self.queues[q].requeue_request(held.rq, kick);
+        self.queues[q]
+            .requeue_request(held.rq, kick)
+            .map_err(|e| format!("its own queue refused a request: {e}"))?;
         self.models[q].requeued = if kick { 0 } else { self.models[q].requeued + 1 };
         Ok(())
     }

@@ -179,7 +179,7 @@ impl<'a, D: Driver> IrqCx<'a, D> {
     ///         let held: Vec<Rq> = self.1.lock().unwrap().drain(..).collect();
     ///         for rq in held {
     ///             let queue = &cx.queues()[0]; // the only one
-    ///             queue.end_request(rq, Status::Ok);
+    ///             queue.end_request(rq, Status::Ok).unwrap();
     ///         }
     ///     }
     /// }
@@ -217,7 +217,7 @@ impl<'a, D: Driver> IrqCx<'a, D> {
     ///         for rq in held {
     ///             let queue = cx.queue_of(&rq).unwrap();
     ///             assert_eq!(queue.io(&rq).unwrap().sectors(), 8);
-    ///             queue.end_request(rq, Status::Ok);
+    ///             queue.end_request(rq, Status::Ok).unwrap();
     ///         }
     ///     }
     /// }
@@ -272,10 +272,7 @@ impl<'a, D: Driver> IrqCx<'a, D> {
     /// ```
     pub fn end_request(&self, rq: Rq, status: Status) -> Result<(), Rq> {
         match self.queue_of(&rq) {
-            Some(queue) => {
-                queue.end_request(rq, status);
-                Ok(())
-            }
+            Some(queue) => queue.end_request(rq, status).map_err(|misused| misused.rq),
             None => Err(rq),
         }
     }

@@ -19,6 +19,9 @@ use blkmq_core::Platform;
 ///   [`Host::run_kicked`](blkmq_core::Host::run_kicked) at the same virtual time.
 /// * Interrupts: a driver calls [`SimPlatform::raise_irq`] to be called back (through
 ///   [`SimDriver::interrupt`](crate::SimDriver::interrupt)) at a later virtual time.
+/// * Service: [`Platform::service_after`] is recorded; the loop calls
+///   [`Host::service`](blkmq_core::Host::service) at that virtual time, and again at the
+///   times it returns while I/O is outstanding (tag idling between LUNs).
 ///
 /// Clones share everything. The platform is `Sync` because the trait asks for it; the
 /// simulation itself is single-threaded.
@@ -47,6 +50,9 @@ struct Inner {
     kicks: Mutex<BTreeSet<usize>>,
     /// Interrupts asked for: (time, line), in the order asked.
     irqs: Mutex<Vec<(u64, u64)>>,
+    /// The earliest virtual time a call of the host's service was asked for
+    /// (`u64::MAX`: none).
+    service_at: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -70,6 +76,7 @@ impl SimPlatform {
                 cpu: AtomicUsize::new(0),
                 kicks: Mutex::new(BTreeSet::new()),
                 irqs: Mutex::new(Vec::new()),
+                service_at: AtomicU64::new(u64::MAX),
             }),
         }
     }
@@ -146,6 +153,17 @@ impl SimPlatform {
         into.append(&mut lock(&self.inner.irqs));
     }
 
+    /// Takes the earliest virtual time a service call was asked for, if any.
+    pub(crate) fn take_service_at(&self) -> Option<u64> {
+        let at = self.inner.service_at.swap(u64::MAX, Ordering::Relaxed);
+        (at != u64::MAX).then_some(at)
+    }
+
+    /// Asks for a service call at virtual time `at_ns`.
+    pub(crate) fn want_service_at(&self, at_ns: u64) {
+        self.inner.service_at.fetch_min(at_ns, Ordering::Relaxed);
+    }
+
     /// Whether any kick is recorded.
     pub(crate) fn has_kicks(&self) -> bool {
         !lock(&self.inner.kicks).is_empty()
@@ -169,6 +187,10 @@ impl Platform for SimPlatform {
 
     fn kick(&self, hctx: usize) {
         lock(&self.inner.kicks).insert(hctx);
+    }
+
+    fn service_after(&self, delay_ns: u64) {
+        self.want_service_at(self.now_ns().saturating_add(delay_ns));
     }
 }
 

@@ -1,5 +1,8 @@
 //! The discrete-event loop: events in (time, sequence) order — interrupts, kicks,
-//! elevator timers, workload starts and wake-ups, timeout checks — each handled by calling
+//! elevator timers, workload starts and wake-ups, timeout checks, calls of the host's
+//! service entry point ([`Host::service`](blkmq_core::Host::service), at the times the
+//! platform was asked for and it returns, while I/O is outstanding: tag idling between
+//! LUNs) — each handled by calling
 //! into the real library, then everything that call caused (bio completions, new
 //! interrupts, kicks) settled at the same virtual time before the next event.
 
@@ -231,6 +234,7 @@ enum Event {
     Start(usize),
     Wake { workload: usize, token: u64 },
     TimeoutCheck,
+    Service,
 }
 
 /// A bio submitted for a workload.
@@ -331,6 +335,8 @@ pub struct Sim<D: SimDriver> {
     /// The last kicked run kicked again.
     rekicked: bool,
     timeout_pending: bool,
+    /// The virtual time of the service call scheduled, if one is.
+    service_pending: Option<u64>,
     stats: SimStats,
     issuers: BTreeMap<IssuerId, IssuerAcct>,
     actions: Vec<Action>,
@@ -375,6 +381,7 @@ impl<D: SimDriver> Sim<D> {
             kick_pending: false,
             rekicked: false,
             timeout_pending: false,
+            service_pending: None,
             stats: SimStats::default(),
             issuers: BTreeMap::new(),
             actions: Vec::new(),
@@ -727,6 +734,17 @@ impl<D: SimDriver> Sim<D> {
                 self.slots[workload].workload.woken(&mut cx, token);
                 self.apply(workload);
             }
+            Event::Service => {
+                self.service_pending = None;
+                self.platform.set_cpu(self.config.irq_cpu);
+                if let Some(next) = self.host.service() {
+                    // The periodic work matters only while I/O is outstanding: the loop
+                    // ends when nothing is.
+                    if self.slots.iter().any(|s| s.outstanding > 0) {
+                        self.platform.want_service_at(next);
+                    }
+                }
+            }
             Event::TimeoutCheck => {
                 self.timeout_pending = false;
                 self.platform.set_cpu(self.config.irq_cpu);
@@ -791,6 +809,13 @@ impl<D: SimDriver> Sim<D> {
             }
             self.timer_at[q] = Some(t);
             self.schedule(t.max(self.now), Event::ElvTimer { queue: q, at: t });
+        }
+        if let Some(at) = self.platform.take_service_at() {
+            let at = at.max(self.now);
+            if self.service_pending.is_none_or(|pending| at < pending) {
+                self.service_pending = Some(at);
+                self.schedule(at, Event::Service);
+            }
         }
         if let Some(every) = self.config.timeout_check_ns {
             let busy = self.slots.iter().any(|s| s.outstanding > 0);

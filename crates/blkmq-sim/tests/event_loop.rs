@@ -237,7 +237,7 @@ fn a_request_that_never_ends_stalls_the_run() {
         .map(|h| h.1)
         .collect();
     for rq in held {
-        sim.queue(q).end_request(rq, Status::IoErr);
+        sim.queue(q).end_request(rq, Status::IoErr).unwrap();
     }
 }
 

@@ -206,7 +206,8 @@ impl<P: Platform> MemDisk<P> {
     }
 
     /// Serves the device's interrupt: ends, on the calling thread, every request whose
-    /// completion is posted, in one batch. Returns how many.
+    /// completion is posted, in one batch. Returns how many. Should a request not be
+    /// `queue`'s, it and those after it stay posted, for an interrupt given their queue.
     ///
     /// Ending a request gives its command back to the device, and the block layer then
     /// issues what waited for room, possibly from inside this call.
@@ -226,9 +227,14 @@ impl<P: Platform> MemDisk<P> {
     pub fn interrupt(&self, queue: &RequestQueue<Self>) -> usize {
         // Taken under the lock, ended without it: ending calls `complete`, which takes it.
         let posted = core::mem::take(&mut self.state.lock().posted);
-        let served = posted.len();
+        let mut served = posted.len();
         if served != 0 {
-            queue.end_requests(posted);
+            if let Err(unended) = queue.end_requests(posted) {
+                let mut state = self.state.lock();
+                served -= 1 + unended.rest.len();
+                state.posted.push((unended.misused.rq, unended.status));
+                state.posted.extend(unended.rest);
+            }
         }
         served
     }

@@ -1169,7 +1169,9 @@ fn serve_all(
             let io = queue.io(rq).unwrap();
             got.push((io.op(), io.sector(), io.sectors(), io.nr_bios()));
         }
-        queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok)));
+        queue
+            .end_requests(held.into_iter().map(|rq| (rq, Status::Ok)))
+            .unwrap();
     }
 }
 
@@ -1266,10 +1268,14 @@ fn real_time_completion_releases_best_effort() {
     queue.submit(Bio::new(Op::Read, 4096, 8)).unwrap();
     assert!(take(&host).is_empty(), "BE went while RT was in flight");
     assert!(queue.has_work(0));
-    queue.end_requests(rt.into_iter().map(|rq| (rq, Status::Ok)));
+    queue
+        .end_requests(rt.into_iter().map(|rq| (rq, Status::Ok)))
+        .unwrap();
     let be = take(&host);
     assert_eq!(be.len(), 1, "the BE read stayed in the scheduler");
-    queue.end_requests(be.into_iter().map(|rq| (rq, Status::Ok)));
+    queue
+        .end_requests(be.into_iter().map(|rq| (rq, Status::Ok)))
+        .unwrap();
     assert!(!queue.has_work(0));
     assert_eq!(host.set().busy(), 0);
     assert_eq!(queue.usage(), 0);
@@ -1351,7 +1357,9 @@ fn deadlines_follow_the_coarse_clock() {
         assert_eq!(held[1], second, "coarse clock at {coarse_ms} ms: {held:?}");
         assert_eq!(clocks.precise_reads.load(Ordering::SeqCst), 0);
         let held: Vec<Rq> = host.driver().held.lock().unwrap().drain(..).collect();
-        queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok)));
+        queue
+            .end_requests(held.into_iter().map(|rq| (rq, Status::Ok)))
+            .unwrap();
         assert_eq!(host.set().busy(), 0);
     }
 }

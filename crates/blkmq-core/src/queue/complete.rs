@@ -2,6 +2,7 @@
 
 use crate::bio::{Op, Status};
 use crate::driver::Driver;
+use crate::error::{Misused, TagError, Unended};
 use crate::request::{Request, Rq, RqIo};
 use crate::sync::Ordering;
 
@@ -11,6 +12,11 @@ impl<D: Driver> RequestQueue<D> {
     /// Ends a request the driver took: its bios end with `status` (each piece of a split bio
     /// counting towards its parent), its tags and budget go back, and the hardware queues
     /// waiting for that rerun.
+    ///
+    /// # Errors
+    /// [`Misused`] with [`TagError::ForeignRequest`] when `rq` is not this queue's (another
+    /// queue's, another host's, or of a queue that is gone): nothing happens, no hook runs,
+    /// no count changes, and the token comes back in the error for the queue it belongs to.
     ///
     /// ```
     /// # use blkmq_core::*;
@@ -24,17 +30,42 @@ impl<D: Driver> RequestQueue<D> {
     /// }
     /// queue.submit(Bio::new(Op::Write, 0, 8).end_io(done)).unwrap();
     /// let rq = host.driver().take().pop().unwrap();
-    /// queue.end_request(rq, Status::IoErr);
+    /// queue.end_request(rq, Status::IoErr).unwrap();
     /// assert_eq!(*ENDED.lock().unwrap(), [(0, Status::IoErr)]);
     /// assert_eq!((host.set().busy(), queue.usage()), (0, 0));
     /// ```
-    pub fn end_request(&self, rq: Rq, status: Status) {
-        self.end_one(rq, status, true);
+    ///
+    /// Another queue's request comes back, and its own queue ends it:
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use blkmq_core::testing::Hold;
+    /// let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// let a = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// let b = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// a.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    /// let rq = host.driver().take().pop().unwrap();
+    /// let misused = b.end_request(rq, Status::Ok).unwrap_err();
+    /// assert_eq!(misused.error, TagError::ForeignRequest);
+    /// assert_eq!((host.in_driver(), a.usage()), (1, 1)); // nothing changed
+    /// a.end_request(misused.rq, Status::Ok).unwrap();
+    /// assert_eq!((host.in_driver(), a.usage()), (0, 0));
+    /// ```
+    #[inline]
+    pub fn end_request(&self, rq: Rq, status: Status) -> Result<(), Misused> {
+        self.end_one(rq, status, true)?;
         self.host.restart_after(1);
+        Ok(())
     }
 
     /// Ends a batch of requests the driver took (Linux's batched completion): as
     /// [`end_request`](Self::end_request) for each, with one restart pass at the end.
+    ///
+    /// # Errors
+    /// [`Unended`] when a request of the batch is not this queue's: the batch stops there.
+    /// The requests before it ended (and their restart pass ran); the refused token, its
+    /// status and the rest of the batch, not looked at, come back in the error (see
+    /// [`end_request`](Self::end_request) for the refusal).
     ///
     /// ```
     /// # use blkmq_core::*;
@@ -45,34 +76,54 @@ impl<D: Driver> RequestQueue<D> {
     /// queue.submit(Bio::new(Op::Read, 64, 8)).unwrap();
     /// assert_eq!(host.in_driver(), 2);
     /// let held = host.driver().take();
-    /// queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok)));
+    /// queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok))).unwrap();
     /// assert_eq!((host.in_driver(), queue.usage()), (0, 0));
     /// ```
-    pub fn end_requests(&self, batch: impl IntoIterator<Item = (Rq, Status)>) {
+    pub fn end_requests<I>(&self, batch: I) -> Result<(), Unended<I::IntoIter>>
+    where
+        I: IntoIterator<Item = (Rq, Status)>,
+    {
         let mut ended = 0;
-        for (rq, status) in batch {
-            self.end_one(rq, status, true);
+        let mut batch = batch.into_iter();
+        let mut refused = None;
+        for (rq, status) in batch.by_ref() {
+            if let Err(misused) = self.end_one(rq, status, true) {
+                refused = Some((misused, status));
+                break;
+            }
             ended += 1;
         }
         if ended != 0 {
             self.host.restart_after(ended);
         }
+        match refused {
+            None => Ok(()),
+            Some((misused, status)) => Err(Unended {
+                misused,
+                status,
+                rest: batch,
+            }),
+        }
     }
 
-    /// Ends a request that never reached the driver (an error before issue).
+    /// Ends a request that never reached the driver (an error before issue). A token
+    /// refused here is one an elevator dispatched but this queue never gave it: there is
+    /// nobody to hand it back to, and nothing of this queue's changes.
     pub(super) fn end_unissued(&self, rq: Rq, status: Status) {
-        self.end_one(rq, status, false);
+        let _ = self.end_one(rq, status, false);
         self.host.restart();
     }
 
     /// Ends one request. For an `issued` one the budget goes back here, and the caller
     /// counts it out of the driver with the restart ([`Host::restart_after`]).
-    fn end_one(&self, rq: Rq, status: Status, issued: bool) {
+    ///
+    /// A token not ours comes back before anything happens: no hook, no budget, no count.
+    #[inline]
+    fn end_one(&self, rq: Rq, status: Status, issued: bool) -> Result<(), Misused> {
         let splits = &self.splits;
         let elevated = self.has_elevator.load(Ordering::Relaxed);
         // The driver's hook, the elevator's, the ending and the free share one look-up of
-        // the request (a request not ours has nothing to tell anybody: only the budget
-        // goes back).
+        // the request; a token not ours is refused by that look-up, before any of them.
         let mut hctx = 0;
         let first = |rq: &Rq, request: &Request<D::Payload>, io: &RqIo| {
             hctx = request.hctx();
@@ -82,19 +133,23 @@ impl<D: Driver> RequestQueue<D> {
                 self.elevator_done(rq, issued);
             }
         };
-        if self
+        match self
             .tags()
             .complete_with(rq, status, first, |bio, status| splits.end(bio, status))
-            .is_ok()
         {
-            self.put_usage();
+            Ok(()) => self.put_usage(),
+            Err(misused) if misused.error == TagError::ForeignRequest => return Err(misused),
+            // The request was ended and released, then a tag was found free already: a
+            // broken invariant, not the caller's misuse. The token names nothing now.
+            Err(_) => {}
         }
         if issued {
             self.driver().put_budget(&self.cx(hctx));
         }
+        Ok(())
     }
 
-    /// Frees a request whose bios merged into another.
+    /// Frees a request whose bios merged into another (one of ours: the merge looked it up).
     pub(super) fn free_merged(&self, rq: Rq) {
         if self.tags().free(rq).is_ok() {
             self.put_usage();
@@ -120,7 +175,7 @@ impl<D: Driver> RequestQueue<D> {
     ///     fn poll(&self, cx: &HctxCx<'_, Self>) -> usize {
     ///         let done: Vec<Rq> = self.0.lock().unwrap().drain(..).collect();
     ///         let n = done.len();
-    ///         cx.queue().end_requests(done.into_iter().map(|rq| (rq, Status::Ok)));
+    ///         cx.queue().end_requests(done.into_iter().map(|rq| (rq, Status::Ok))).unwrap();
     ///         n
     ///     }
     /// }

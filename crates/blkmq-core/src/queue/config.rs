@@ -127,7 +127,7 @@ impl QueueConfig {
     /// let held = host.driver().take();
     /// let hctxs: Vec<usize> = held.iter().map(|rq| queue.request(rq).unwrap().hctx()).collect();
     /// assert_eq!(hctxs, [1, 0]);
-    /// queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok)));
+    /// queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok))).unwrap();
     /// ```
     pub fn maps(mut self, maps: QueueMaps) -> Self {
         self.maps = Some(maps);

@@ -24,7 +24,7 @@ impl<D: Driver> RequestQueue<D> {
     /// let held = host.driver().take();
     /// let hctxs: Vec<usize> = held.iter().map(|rq| queue.request(rq).unwrap().hctx()).collect();
     /// assert_eq!(hctxs, [0, 1]);
-    /// queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok)));
+    /// queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok))).unwrap();
     /// assert!(queue.is_hctx_drained(0));
     /// ```
     pub fn deactivate_hctx(&self, hctx: usize) -> bool {
@@ -45,7 +45,7 @@ impl<D: Driver> RequestQueue<D> {
     /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
     /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
     /// assert!(!queue.is_hctx_drained(0));
-    /// queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)));
+    /// queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok))).unwrap();
     /// assert!(queue.is_hctx_drained(0));
     /// assert!(queue.is_hctx_drained(7)); // no such hardware queue
     /// ```
@@ -80,7 +80,7 @@ impl<D: Driver> RequestQueue<D> {
     /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
     /// let rq = host.driver().take().pop().unwrap();
     /// assert_eq!(queue.request(&rq).unwrap().hctx(), 0);
-    /// queue.end_request(rq, Status::Ok);
+    /// queue.end_request(rq, Status::Ok).unwrap();
     /// ```
     pub fn activate_hctx(&self, hctx: usize) {
         if let Some(h) = self.hctxs.get(hctx) {

@@ -36,12 +36,12 @@ impl<D: Driver> RequestQueue<D> {
     /// #         if !self.0.swap(true, Ordering::Relaxed) {
     /// #             return Err(Rejected { rq, status: Status::Resource });
     /// #         }
-    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         cx.queue().end_request(rq, Status::Ok).unwrap();
     /// #         Ok(())
     /// #     }
     /// # }
     /// // `Busy` turns down its first request ("not now"), then completes everything.
-    /// let platform = StdPlatform::new();
+    /// let platform = StdPlatform::manual(); // kicks recorded, run by hand
     /// let host = Host::new(TagSet::builder(8), platform.clone(), Busy(AtomicBool::new(false)))
     ///     .unwrap();
     /// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(64))).unwrap();
@@ -144,12 +144,12 @@ impl<D: Driver> RequestQueue<D> {
     /// #         if !self.0.swap(true, Ordering::Relaxed) {
     /// #             return Err(Rejected { rq, status: Status::Resource });
     /// #         }
-    /// #         cx.queue().end_request(rq, Status::Ok);
+    /// #         cx.queue().end_request(rq, Status::Ok).unwrap();
     /// #         Ok(())
     /// #     }
     /// # }
     /// // `Busy` turns down its first request ("not now"), then completes everything.
-    /// let platform = StdPlatform::new();
+    /// let platform = StdPlatform::manual(); // kicks left to the caller
     /// let host = Host::new(TagSet::builder(8), platform.clone(), Busy(AtomicBool::new(false)))
     ///     .unwrap();
     /// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(64))).unwrap();

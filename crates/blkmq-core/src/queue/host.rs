@@ -1,5 +1,6 @@
 //! The host: the driver, its tag set, and what its request queues share.
 
+use alloc::boxed::Box;
 use alloc::sync::{Arc, Weak};
 use alloc::vec::Vec;
 use core::fmt;
@@ -8,6 +9,7 @@ use crossbeam_utils::CachePadded;
 
 use crate::driver::Driver;
 use crate::error::ConfigError;
+use crate::platform::{Platform, Service};
 use crate::sync::{AtomicU64, AtomicUsize, Ordering};
 use crate::tagset::{TagSet, TagSetBuilder};
 
@@ -27,7 +29,7 @@ use super::{EPOCH_SHIFT, IN_DRIVER, Lock, RequestQueue};
 ///     type Payload = ();
 ///     fn init_request(&self, _: RequestInit) {}
 ///     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
-///         cx.queue().end_request(rq, Status::Ok);
+///         cx.queue().end_request(rq, Status::Ok).unwrap();
 ///         Ok(())
 ///     }
 /// }
@@ -56,6 +58,11 @@ pub struct Host<D: Driver> {
     pub(super) flight: CachePadded<AtomicU64>,
     /// Read on every dispatch: kept off the lines the counters above bounce.
     pub(super) quiesced: CachePadded<AtomicUsize>,
+    /// Per queue slot, the platform time its kicked hardware queues are due to run at
+    /// (`0`: at once, `u64::MAX`: nothing delayed), for [`Host::service`].
+    pub(super) due: Box<[AtomicU64]>,
+    /// The periodic work's next times (`0`: not armed): timeout checks, tag idling.
+    pub(super) ticks: super::service::Ticks,
 }
 
 impl<D: Driver> Host<D> {
@@ -78,7 +85,7 @@ impl<D: Driver> Host<D> {
     ///     }
     ///     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
     ///         assert_eq!(*cx.request(&rq).unwrap().payload(), rq.tag() as usize);
-    ///         cx.queue().end_request(rq, Status::Ok);
+    ///         cx.queue().end_request(rq, Status::Ok).unwrap();
     ///         Ok(())
     ///     }
     /// }
@@ -97,7 +104,7 @@ impl<D: Driver> Host<D> {
     ) -> Result<Arc<Self>, ConfigError> {
         let set = tags.build(platform, |init| driver.init_request(init))?;
         let slots = set.max_queues();
-        Ok(Arc::new(Self {
+        let host = Arc::new(Self {
             driver,
             queues: lock_api::Mutex::new((0..slots).map(|_| None).collect()),
             restart: RestartSet::new(slots)?,
@@ -105,7 +112,13 @@ impl<D: Driver> Host<D> {
             set,
             flight: CachePadded::new(AtomicU64::new(0)),
             quiesced: CachePadded::new(AtomicUsize::new(0)),
-        }))
+            due: (0..slots).map(|_| AtomicU64::new(u64::MAX)).collect(),
+            ticks: super::service::Ticks::new(),
+        });
+        // The platform's runtime, if it has one, serves the host from now on.
+        let service: Weak<dyn Service> = Arc::downgrade(&host) as Weak<dyn Service>;
+        host.set.platform().attach(service);
+        Ok(host)
     }
 
     /// The driver.
@@ -118,7 +131,7 @@ impl<D: Driver> Host<D> {
     /// queue.submit(Bio::new(Op::Write, 0, 8)).unwrap();
     /// let held = host.driver().take(); // what `Hold` was given
     /// assert_eq!(held.len(), 1);
-    /// queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok)));
+    /// queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok))).unwrap();
     /// ```
     pub fn driver(&self) -> &D {
         &self.driver
@@ -135,7 +148,7 @@ impl<D: Driver> Host<D> {
     /// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(64))).unwrap();
     /// queue.submit(Bio::new(Op::Write, 0, 8)).unwrap();
     /// assert_eq!(host.set().busy(), 1); // a driver tag, until the request ends
-    /// queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)));
+    /// queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok))).unwrap();
     /// assert_eq!(host.set().busy(), 0);
     /// ```
     pub fn set(&self) -> &Arc<TagSet<D::Payload, D::Platform>> {
@@ -154,9 +167,9 @@ impl<D: Driver> Host<D> {
     /// b.submit(Bio::new(Op::Read, 0, 8)).unwrap();
     /// assert_eq!(host.in_driver(), 2);
     /// let held = host.driver().take();
-    /// a.end_request(held.into_iter().next().unwrap(), Status::Ok); // the first came from `a`
+    /// a.end_request(held.into_iter().next().unwrap(), Status::Ok).unwrap(); // the first came from `a`
     /// assert_eq!(host.in_driver(), 1);
-    /// # b.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)));
+    /// # b.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok))).unwrap();
     /// ```
     pub fn in_driver(&self) -> usize {
         (self.flight.load(Ordering::Relaxed) & IN_DRIVER) as usize
@@ -207,14 +220,34 @@ impl<D: Driver> Host<D> {
         self.queues.lock().get(slot)?.as_ref()?.upgrade()
     }
 
-    /// Calls `f` with each live queue, the registry unlocked.
+    /// Calls `f` with each live queue, the registry unlocked (locked once per live queue,
+    /// not once per slot).
     pub(super) fn for_each_queue(&self, mut f: impl FnMut(&RequestQueue<D>)) {
-        let slots = self.queues.lock().len();
-        for slot in 0..slots {
-            if let Some(queue) = self.queue_at(slot) {
-                f(&queue);
-            }
+        let mut slot = 0;
+        loop {
+            let queue = {
+                let queues = self.queues.lock();
+                let Some((at, queue)) = queues
+                    .iter()
+                    .enumerate()
+                    .skip(slot)
+                    .find_map(|(at, q)| Some((at, q.as_ref()?.upgrade()?)))
+                else {
+                    return;
+                };
+                slot = at + 1;
+                queue
+            };
+            f(&queue);
         }
+    }
+}
+
+impl<D: Driver> Drop for Host<D> {
+    fn drop(&mut self) {
+        // The handle given at `attach` no longer upgrades: the platform lets it go (and
+        // stops its worker with the last host).
+        self.set.platform().detach();
     }
 }
 

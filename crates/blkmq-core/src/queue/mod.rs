@@ -18,6 +18,7 @@
 //! | `complete.rs` | ending requests, polling | `blk_mq_end_request`, `blk_mq_poll` |
 //! | `requeue.rs` | the requeue list | `blk_mq_requeue_request` |
 //! | `timeout.rs` | deadlines | `blk-timeout.c` |
+//! | `service.rs` | [`Host::service`]: kicked and delayed runs, timers, timeouts, idling | kblockd, `blk_mq_timeout_work` |
 //! | `wait.rs` | submitters waiting for room and for their own I/O | `submit_bio_wait`, `blk_queue_enter` |
 //! | `runtime.rs` | changes at run time | `blk_mq_update_nr_requests` |
 //!
@@ -72,6 +73,7 @@ mod requeue;
 mod restart;
 mod runtime;
 mod sched;
+mod service;
 mod submit;
 #[cfg(all(test, feature = "std", not(loom)))]
 mod tests;
@@ -83,6 +85,7 @@ pub use config::QueueConfig;
 pub use host::Host;
 pub use plug::{PLUG_FLUSH_BYTES, PLUG_MAX, PLUG_MAX_MULTI, Plug};
 pub use restart::{RESOURCE_DELAY_NS, RestartSet};
+pub use service::{IDLE_INTERVAL_NS, TIMEOUT_CHECK_NS};
 pub use usage::TagsGuard;
 pub use wait::SubmitFuture;
 
@@ -179,13 +182,15 @@ struct SwCtx<D: Driver> {
 /// let held = host.driver().take();
 /// assert_eq!(held.len(), 1);
 /// for rq in held {
-///     queue.end_request(rq, Status::Ok);
+///     queue.end_request(rq, Status::Ok).unwrap();
 /// }
 /// assert_eq!(host.set().busy(), 0);
 /// ```
 pub struct RequestQueue<D: Driver> {
     host: Arc<Host<D>>,
     slot: usize,
+    /// Its tags' identity, which the tags keep for the queue's life.
+    id: u32,
     limits: QueueLimits,
     maps: QueueMaps,
     hctxs: Box<[HwCtx<D>]>,
@@ -302,6 +307,7 @@ impl<D: Driver> RequestQueue<D> {
         let queue = Arc::new(Self {
             host: host.clone(),
             slot,
+            id: tags.id(),
             limits: config.limits,
             maps,
             hctxs,
@@ -323,6 +329,30 @@ impl<D: Driver> RequestQueue<D> {
         });
         slots[slot] = Some(Arc::downgrade(&queue));
         Ok(queue)
+    }
+
+    /// The queue's identity, unique while the process runs: its tags'
+    /// [`QueueTags::id`], which busy iteration reports as [`BusyRq::queue`](crate::BusyRq::queue).
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use blkmq_core::testing::Hold;
+    /// let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// let a = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// let b = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// assert_ne!(a.id(), b.id());
+    /// assert_eq!(a.id(), a.queue_tags().id());
+    /// b.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    /// let mut owners = Vec::new();
+    /// host.set().for_each_busy(|busy| {
+    ///     owners.push(busy.queue);
+    ///     true
+    /// });
+    /// assert_eq!(owners, [b.id()]);
+    /// # b.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)));
+    /// ```
+    pub fn id(&self) -> u32 {
+        self.id
     }
 
     /// The tags.
@@ -358,7 +388,7 @@ impl<D: Driver> RequestQueue<D> {
     /// queue.submit(Bio::new(Op::Write, 0, 8)).unwrap();
     /// let held = queue.driver().take(); // what `Hold` was given
     /// assert_eq!(held.len(), 1);
-    /// queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok)));
+    /// queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok))).unwrap();
     /// ```
     pub fn driver(&self) -> &D {
         &self.host.driver
@@ -433,7 +463,7 @@ impl<D: Driver> RequestQueue<D> {
     /// let request = queue.request(&rq).unwrap();
     /// assert_eq!((request.state(), request.tag()), (RqState::InFlight, rq.tag()));
     /// assert!(other.request(&rq).is_none()); // not a request of `other`
-    /// queue.end_request(rq, Status::Ok);
+    /// queue.end_request(rq, Status::Ok).unwrap();
     /// ```
     pub fn request(&self, rq: &Rq) -> Option<&Request<D::Payload>> {
         self.tags().request(rq).ok()
@@ -450,7 +480,7 @@ impl<D: Driver> RequestQueue<D> {
     /// let rq = host.driver().take().pop().unwrap();
     /// let io = queue.io(&rq).unwrap();
     /// assert_eq!((io.op(), io.sector(), io.sectors(), io.nr_bios()), (Op::Write, 16, 8, 1));
-    /// queue.end_request(rq, Status::Ok);
+    /// queue.end_request(rq, Status::Ok).unwrap();
     /// ```
     pub fn io<'a>(&'a self, rq: &'a Rq) -> Option<&'a RqIo> {
         self.tags().io(rq).ok()
@@ -471,7 +501,7 @@ impl<D: Driver> RequestQueue<D> {
     /// let mut starts = Vec::new();
     /// queue.for_each_bio(&rq, |bio| starts.push(bio.sector));
     /// assert_eq!(starts, [0, 8]);
-    /// queue.end_request(rq, Status::Ok);
+    /// queue.end_request(rq, Status::Ok).unwrap();
     /// ```
     pub fn for_each_bio(&self, rq: &Rq, f: impl FnMut(&Bio)) {
         let _ = self.tags().for_each_bio(rq, f);

@@ -1,7 +1,5 @@
 //! Plugging: a submitter's batch of requests, and how a flushed plug is issued.
 
-use alloc::collections::VecDeque;
-use alloc::vec::Vec;
 use core::fmt;
 
 use crate::bio::{Bio, Op, Status};
@@ -89,12 +87,18 @@ pub const PLUG_FLUSH_BYTES: u64 = 128 * 1024;
 /// plug.flush();
 /// let held = host.driver().take();
 /// assert_eq!(queue.io(&held[0]).unwrap().sectors(), 16);
-/// queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok)));
+/// queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok))).unwrap();
 /// ```
+///
+/// A plug keeps its requests in room of its own, [`PLUG_MAX_MULTI`] tokens inline:
+/// starting one allocates nothing, so a plug per batch (as Linux code starts one with
+/// `blk_start_plug`) costs no more than one reused.
 pub struct Plug<'q, D: Driver> {
-    rqs: Vec<(&'q RequestQueue<D>, Rq)>,
+    /// `queues[i]` is the queue of `rqs[i]`; both are `Some` below `len`, `None` above.
+    queues: [Option<&'q RequestQueue<D>>; PLUG_MAX_MULTI],
+    rqs: [Option<Rq>; PLUG_MAX_MULTI],
+    len: usize,
     multiple_queues: bool,
-    flush_batch: VecDeque<Rq>,
 }
 
 impl<'q, D: Driver> Default for Plug<'q, D> {
@@ -104,7 +108,7 @@ impl<'q, D: Driver> Default for Plug<'q, D> {
 }
 
 impl<'q, D: Driver> Plug<'q, D> {
-    /// An empty plug (allocates its room once, here).
+    /// An empty plug. It allocates nothing: its room is inline.
     ///
     /// ```
     /// # use blkmq_core::*;
@@ -112,11 +116,12 @@ impl<'q, D: Driver> Plug<'q, D> {
     /// let plug: Plug<'_, Null<StdPlatform>> = Plug::new();
     /// assert!(plug.is_empty());
     /// ```
-    pub fn new() -> Self {
+    pub const fn new() -> Self {
         Self {
-            rqs: Vec::with_capacity(PLUG_MAX_MULTI),
+            queues: [None; PLUG_MAX_MULTI],
+            rqs: [const { None }; PLUG_MAX_MULTI],
+            len: 0,
             multiple_queues: false,
-            flush_batch: VecDeque::with_capacity(PLUG_MAX_MULTI),
         }
     }
 
@@ -133,10 +138,10 @@ impl<'q, D: Driver> Plug<'q, D> {
     /// queue.submit_plugged(&mut plug, Bio::new(Op::Write, 64, 8)).unwrap();
     /// assert_eq!(plug.len(), 2);
     /// # drop(plug);
-    /// # queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)));
+    /// # queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok))).unwrap();
     /// ```
     pub fn len(&self) -> usize {
-        self.rqs.len()
+        self.len
     }
 
     /// Whether the plug is empty.
@@ -153,7 +158,7 @@ impl<'q, D: Driver> Plug<'q, D> {
     /// assert!(plug.is_empty());
     /// ```
     pub fn is_empty(&self) -> bool {
-        self.rqs.is_empty()
+        self.len == 0
     }
 
     /// Merges `bio` into the plug's newest request of its queue, as Linux does: what a
@@ -164,17 +169,14 @@ impl<'q, D: Driver> Plug<'q, D> {
     pub(super) fn try_merge(&mut self, queue: &RequestQueue<D>, bio: &Bio) -> bool {
         // One queue in the plug: its newest request is the last. Several: the newest of
         // this one.
+        let is_ours = |q: &Option<&RequestQueue<D>>| q.is_some_and(|q| core::ptr::eq(q, queue));
+        let queues = &self.queues[..self.len];
         let newest = if self.multiple_queues {
-            self.rqs
-                .iter_mut()
-                .rev()
-                .find(|(q, _)| core::ptr::eq(*q, queue))
+            queues.iter().rposition(is_ours)
         } else {
-            self.rqs
-                .last_mut()
-                .filter(|(q, _)| core::ptr::eq(*q, queue))
+            queues.last().filter(|q| is_ours(q)).map(|_| self.len - 1)
         };
-        let Some((_, rq)) = newest else {
+        let Some(rq) = newest.and_then(|i| self.rqs[i].as_mut()) else {
             return false;
         };
         let tags = queue.tags();
@@ -191,20 +193,27 @@ impl<'q, D: Driver> Plug<'q, D> {
         } else {
             PLUG_MAX
         };
-        let large = self.rqs.last().is_some_and(|(q, last)| {
+        let last = self.len.checked_sub(1);
+        let large = last.is_some_and(|i| {
+            let (Some(q), Some(last)) = (self.queues[i], &self.rqs[i]) else {
+                return false;
+            };
             q.io(last)
                 .is_some_and(|io| io.sectors() * crate::bio::SECTOR_SIZE >= PLUG_FLUSH_BYTES)
         });
-        if self.rqs.len() >= max || large {
+        if self.len >= max || large {
             self.flush();
         }
         // As Linux: several queues once a request follows one of another queue.
-        if let Some((last, _)) = self.rqs.last() {
-            if !core::ptr::eq(*last, queue) {
+        if let Some(last) = self.len.checked_sub(1).and_then(|i| self.queues[i]) {
+            if !core::ptr::eq(last, queue) {
                 self.multiple_queues = true;
             }
         }
-        self.rqs.push((queue, rq));
+        // Flushed above when full: `len` is below `max`, at most `PLUG_MAX_MULTI`.
+        self.queues[self.len] = Some(queue);
+        self.rqs[self.len] = Some(rq);
+        self.len += 1;
     }
 
     /// Hands every request to its queue, in the order they were made.
@@ -225,22 +234,27 @@ impl<'q, D: Driver> Plug<'q, D> {
     /// assert_eq!(held.iter().map(sector).collect::<Vec<_>>(), [64, 8, 0]);
     /// # for rq in held {
     /// #     let queue = if a.request(&rq).is_some() { &a } else { &b };
-    /// #     queue.end_request(rq, Status::Ok);
+    /// #     queue.end_request(rq, Status::Ok).unwrap();
     /// # }
     /// ```
     pub fn flush(&mut self) {
-        while let Some(&(queue, _)) = self.rqs.first() {
-            // The run of requests of this queue at the front, in order.
-            let run = self
-                .rqs
+        let mut start = 0;
+        while start < self.len {
+            let Some(queue) = self.queues[start] else {
+                start += 1;
+                continue;
+            };
+            // The run of requests of this queue, in order.
+            let end = self.queues[start..self.len]
                 .iter()
-                .position(|(q, _)| !core::ptr::eq(*q, queue))
-                .unwrap_or(self.rqs.len());
-            for (_, rq) in self.rqs.drain(..run) {
-                self.flush_batch.push_back(rq);
-            }
-            queue.flush_plugged(&mut self.flush_batch);
+                .position(|q| !q.is_some_and(|q| core::ptr::eq(q, queue)))
+                .map_or(self.len, |n| start + n);
+            queue.flush_plugged(&mut PlugRun::new(&mut self.rqs[start..end]));
+            // Taken: a flush that a panic interrupted goes on from here on drop.
+            self.queues[start..end].fill(None);
+            start = end;
         }
+        self.len = 0;
         self.multiple_queues = false;
     }
 }
@@ -254,14 +268,57 @@ impl<D: Driver> Drop for Plug<'_, D> {
 impl<D: Driver> fmt::Debug for Plug<'_, D> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Plug")
-            .field("len", &self.rqs.len())
+            .field("len", &self.len)
             .finish_non_exhaustive()
+    }
+}
+
+/// A flushing plug's requests of one queue, taken from the front: the plug's own room, read
+/// as a queue, so a flush allocates nothing.
+///
+/// # Invariants
+/// `slots[..head]` are taken (`None`), `slots[head..]` are the requests still to hand over,
+/// in order; whatever is put back at the front was just taken from it.
+struct PlugRun<'a> {
+    slots: &'a mut [Option<Rq>],
+    head: usize,
+}
+
+impl<'a> PlugRun<'a> {
+    /// The requests of `slots`, past those already taken (by a flush a panic interrupted).
+    fn new(slots: &'a mut [Option<Rq>]) -> Self {
+        let head = slots
+            .iter()
+            .position(Option::is_some)
+            .unwrap_or(slots.len());
+        Self { slots, head }
+    }
+
+    /// The next request to hand over.
+    fn front(&self) -> Option<&Rq> {
+        self.slots.get(self.head).and_then(Option::as_ref)
+    }
+
+    /// Takes the next request.
+    fn pop_front(&mut self) -> Option<Rq> {
+        let rq = self.slots.get_mut(self.head)?.take();
+        if rq.is_some() {
+            self.head += 1;
+        }
+        rq
+    }
+
+    /// Puts back the request just taken.
+    fn push_front(&mut self, rq: Rq) {
+        // Only a request taken from the front comes back, so there is room before `head`.
+        self.head = self.head.saturating_sub(1);
+        self.slots[self.head] = Some(rq);
     }
 }
 
 impl<D: Driver> RequestQueue<D> {
     /// Takes a flushed plug's requests of this queue (all of `rqs`), in order.
-    fn flush_plugged(&self, rqs: &mut VecDeque<Rq>) {
+    fn flush_plugged(&self, rqs: &mut PlugRun<'_>) {
         let elevated = self.has_elevator.load(Ordering::Relaxed);
         if elevated {
             let mut last_hctx = usize::MAX;
@@ -315,7 +372,7 @@ impl<D: Driver> RequestQueue<D> {
     ///
     /// Unless the driver may block, the requests of one run share one read of the clock
     /// for their start, as the requests of one plug share it in Linux.
-    fn issue_plugged(&self, rqs: &mut VecDeque<Rq>) {
+    fn issue_plugged(&self, rqs: &mut PlugRun<'_>) {
         let blocking = self.host.set.flags().contains(TagSetFlags::BLOCKING);
         // A request's hardware queue; `None` for a flush (or a request not ours).
         let data_hctx = |rq: &Rq| {
@@ -356,7 +413,7 @@ impl<D: Driver> RequestQueue<D> {
 
     /// Issues a plug's requests through [`Driver::queue_rqs`], hardware queue by hardware
     /// queue, while the hardware queue is idle; what is left stays in `rqs`.
-    fn issue_list(&self, rqs: &mut VecDeque<Rq>) {
+    fn issue_list(&self, rqs: &mut PlugRun<'_>) {
         let tags = self.tags();
         let driver = self.driver();
         while let Some(first) = rqs.front() {

@@ -23,7 +23,7 @@ impl<D: Driver> Host<D> {
     /// host.unquiesce();
     /// let held = host.driver().take();
     /// assert_eq!(held.len(), 1);
-    /// # queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok)));
+    /// # queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok))).unwrap();
     /// ```
     pub fn quiesce(&self) {
         self.quiesced.fetch_add(1, Ordering::SeqCst);
@@ -46,7 +46,7 @@ impl<D: Driver> Host<D> {
     /// host.unquiesce(); // the last one runs the queue
     /// let held = host.driver().take();
     /// assert_eq!(held.len(), 1);
-    /// # queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok)));
+    /// # queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok))).unwrap();
     /// ```
     pub fn unquiesce(&self) {
         if self.quiesced.fetch_sub(1, Ordering::SeqCst) == 1 {
@@ -87,7 +87,7 @@ impl<D: Driver> RequestQueue<D> {
     /// assert!(queue.has_work(0));
     /// queue.unquiesce();
     /// assert_eq!(queue.usage(), 1);
-    /// # queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)));
+    /// # queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok))).unwrap();
     /// ```
     pub fn quiesce(&self) {
         self.quiesced.fetch_add(1, Ordering::SeqCst);
@@ -118,7 +118,7 @@ impl<D: Driver> RequestQueue<D> {
     /// queue.unquiesce();
     /// let held = host.driver().take();
     /// assert_eq!(held.len(), 1);
-    /// # queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok)));
+    /// # queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok))).unwrap();
     /// ```
     pub fn unquiesce(&self) {
         if self.quiesced.fetch_sub(1, Ordering::SeqCst) == 1 {
@@ -165,7 +165,7 @@ impl<D: Driver> RequestQueue<D> {
     /// assert!(host.driver().take().is_empty() && queue.has_work(0));
     /// queue.start_hw_queue(0);
     /// assert_eq!(queue.usage(), 1);
-    /// # queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)));
+    /// # queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok))).unwrap();
     /// ```
     pub fn stop_hw_queue(&self, hctx: usize) {
         if let Some(h) = self.hctxs.get(hctx) {
@@ -186,7 +186,7 @@ impl<D: Driver> RequestQueue<D> {
     /// let held = host.driver().take();
     /// assert_eq!(held.len(), 1);
     /// assert!(!queue.has_work(0));
-    /// # queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok)));
+    /// # queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok))).unwrap();
     /// ```
     pub fn start_hw_queue(&self, hctx: usize) {
         if let Some(h) = self.hctxs.get(hctx) {

@@ -66,8 +66,9 @@ use super::{EPOCH_ONE, IN_DRIVER, PENDING, RequestQueue};
 pub const RESOURCE_DELAY_NS: u64 = 3_000_000;
 
 impl<D: Driver> Host<D> {
-    /// Runs every hardware queue kicked since the last call; the platform calls this after
-    /// a [`Platform::kick`]. Returns how many ran.
+    /// Runs every hardware queue kicked since the last call, delayed ones at once: for a
+    /// platform stepped by hand (a test in manual mode). [`Host::service`] is what a
+    /// platform's runtime calls. Returns how many ran.
     ///
     /// ```
     /// use blkmq_core::*;
@@ -83,12 +84,12 @@ impl<D: Driver> Host<D> {
     ///         if !self.0.swap(true, Ordering::Relaxed) {
     ///             return Err(Rejected { rq, status: Status::Resource });
     ///         }
-    ///         cx.queue().end_request(rq, Status::Ok);
+    ///         cx.queue().end_request(rq, Status::Ok).unwrap();
     ///         Ok(())
     ///     }
     /// }
     ///
-    /// let platform = StdPlatform::new();
+    /// let platform = StdPlatform::manual();
     /// let host = Host::new(TagSet::builder(8), platform.clone(), Busy(AtomicBool::new(false)))
     ///     .unwrap();
     /// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(64))).unwrap();
@@ -103,6 +104,7 @@ impl<D: Driver> Host<D> {
     pub fn run_kicked(&self) -> usize {
         let mut ran = 0;
         self.kicked.drain(|slot| {
+            self.due[slot].store(u64::MAX, Ordering::SeqCst);
             if let Some(queue) = self.queue_at(slot) {
                 queue.kicked.drain(|hctx| {
                     queue.run_hw_queue(hctx);
@@ -160,13 +162,20 @@ impl<D: Driver> RequestQueue<D> {
     fn kick(&self, hctx: usize) {
         self.kicked.mark(hctx);
         self.host.kicked.mark(self.slot);
+        // Due at once, whatever delay was asked for before.
+        self.host.due[self.slot].store(0, Ordering::SeqCst);
         self.platform().kick(hctx);
     }
 
-    /// Asks the platform to run `hctx` after `delay_ns`.
+    /// Asks the platform to run `hctx` after `delay_ns`: [`Host::service`] runs it once
+    /// that time came ([`Host::run_kicked`], stepping by hand, runs it at once).
     fn kick_after(&self, hctx: usize, delay_ns: u64) {
+        let at = self.platform().now_ns().saturating_add(delay_ns);
         self.kicked.mark(hctx);
         self.host.kicked.mark(self.slot);
+        // After the marks: a service that clears the time after this runs the marks (early
+        // at worst); one that cleared it before sees this time.
+        self.host.due[self.slot].fetch_min(at, Ordering::SeqCst);
         self.platform().kick_after(hctx, delay_ns);
     }
 

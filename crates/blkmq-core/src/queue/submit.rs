@@ -79,7 +79,7 @@ impl<D: Driver> RequestQueue<D> {
     /// queue.freeze_start();
     /// let back = queue.submit(Bio::new(Op::Read, 8, 8).end_io(done)).unwrap_err();
     /// assert_eq!(back.sector, 8); // not ended: submit it again later
-    /// queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)));
+    /// queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok))).unwrap();
     /// assert_eq!(*ENDED.lock().unwrap(), [(2048, Status::IoErr), (0, Status::Ok)]);
     /// ```
     pub fn submit(&self, bio: Bio) -> Result<(), Bio> {
@@ -104,7 +104,7 @@ impl<D: Driver> RequestQueue<D> {
     /// drop(plug); // flushes
     /// let held = host.driver().take();
     /// assert_eq!(held.len(), 2);
-    /// # queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok)));
+    /// # queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok))).unwrap();
     /// ```
     pub fn submit_plugged<'q>(&'q self, plug: &mut Plug<'q, D>, bio: Bio) -> Result<(), Bio> {
         self.submit_inner(bio, Some(plug))

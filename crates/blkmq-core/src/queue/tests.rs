@@ -53,7 +53,7 @@ fn a_requeued_request_outlives_its_elevator() {
         .submit(Bio::new(Op::Read, 64, 8).end_io(ended))
         .unwrap();
     let rq = host.driver().take().pop().unwrap();
-    queue.requeue_request(rq, false);
+    queue.requeue_request(rq, false).unwrap();
     assert_eq!(queue.requeued(), 1);
     // What no run-time change does (a switch drains the queue first), and what the
     // submission and the requeue list must both survive alike.
@@ -73,7 +73,9 @@ fn a_requeued_request_outlives_its_elevator() {
         .unwrap();
     let fresh = host.driver().take();
     assert_eq!(fresh.len(), 1);
-    queue.end_requests(held.into_iter().chain(fresh).map(|rq| (rq, Status::Ok)));
+    queue
+        .end_requests(held.into_iter().chain(fresh).map(|rq| (rq, Status::Ok)))
+        .unwrap();
     assert_eq!(
         *ENDED.lock().unwrap(),
         [(64, Status::Ok), (128, Status::Ok)]

@@ -20,7 +20,7 @@ impl<D: Driver> RequestQueue<D> {
     /// let late = queue.platform().now_ns() + DEFAULT_TIMEOUT_NS + 1;
     /// assert_eq!(queue.check_timeouts(late), 1); // `Hold` keeps the default: another timeout
     /// assert_eq!(queue.timed_out(), 1);
-    /// # queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)));
+    /// # queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok))).unwrap();
     /// ```
     pub fn timed_out(&self) -> u64 {
         self.timed_out.load(Ordering::Relaxed)
@@ -42,7 +42,7 @@ impl<D: Driver> RequestQueue<D> {
     /// assert_eq!(queue.check_timeouts(late), 1); // `Hold` resets the timer (the default)
     /// assert_eq!(queue.check_timeouts(late), 0);
     /// assert_eq!(queue.check_timeouts(late + DEFAULT_TIMEOUT_NS), 1);
-    /// # queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)));
+    /// # queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok))).unwrap();
     /// ```
     pub fn check_timeouts(&self, now_ns: u64) -> usize {
         let Some(_inside) = self.enter_any() else {

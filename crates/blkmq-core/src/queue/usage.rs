@@ -24,7 +24,7 @@ impl<D: Driver> RequestQueue<D> {
     /// queue.submit(Bio::new(Op::Read, 64, 8)).unwrap();
     /// assert_eq!(queue.usage(), 2);
     /// let held = host.driver().take();
-    /// queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok)));
+    /// queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok))).unwrap();
     /// assert_eq!(queue.usage(), 0);
     /// ```
     pub fn usage(&self) -> usize {
@@ -76,11 +76,11 @@ impl<D: Driver> RequestQueue<D> {
     /// let back = queue.submit(Bio::new(Op::Read, 64, 8)).unwrap_err(); // refused, untouched
     /// assert_eq!(back.sector, 64);
     /// assert!(!queue.is_drained()); // the driver still holds one
-    /// queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)));
+    /// queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok))).unwrap();
     /// assert!(queue.is_drained());
     /// queue.unfreeze();
     /// assert!(queue.submit(back).is_ok());
-    /// # queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)));
+    /// # queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok))).unwrap();
     /// ```
     pub fn freeze_start(&self) {
         let mut depth = self.freeze_depth.lock();
@@ -100,7 +100,7 @@ impl<D: Driver> RequestQueue<D> {
     /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
     /// queue.freeze_start();
     /// assert!(!queue.is_drained());
-    /// queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)));
+    /// queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok))).unwrap();
     /// assert!(queue.is_drained());
     /// ```
     pub fn is_drained(&self) -> bool {
@@ -121,7 +121,7 @@ impl<D: Driver> RequestQueue<D> {
     ///     // The driver completes what it holds on another thread.
     ///     s.spawn(|| {
     ///         let held = host.driver().take();
-    ///         queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok)));
+    ///         queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok))).unwrap();
     ///     });
     ///     queue.freeze(); // returns once that request has ended
     /// });
@@ -129,7 +129,7 @@ impl<D: Driver> RequestQueue<D> {
     /// assert!(queue.submit(Bio::new(Op::Read, 0, 8)).is_err());
     /// queue.unfreeze();
     /// assert!(queue.submit(Bio::new(Op::Read, 0, 8)).is_ok());
-    /// # queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)));
+    /// # queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok))).unwrap();
     /// ```
     pub fn freeze(&self) {
         self.freeze_start();
@@ -221,7 +221,7 @@ impl<D: Driver> RequestQueue<D> {
     ///     true
     /// });
     /// assert_eq!(busy, 1);
-    /// # queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok)));
+    /// # queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok))).unwrap();
     /// ```
     pub fn queue_tags(&self) -> TagsGuard<'_, D> {
         loop {

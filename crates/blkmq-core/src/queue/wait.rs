@@ -161,7 +161,7 @@ impl<D: Driver> RequestQueue<D> {
     ///         }
     ///         std::thread::yield_now();
     ///     };
-    ///     queue.end_request(rq, Status::Medium);
+    ///     queue.end_request(rq, Status::Medium).unwrap();
     ///     assert_eq!(waiter.join().unwrap(), Status::Medium);
     /// });
     /// // Past the end of the device: it ends at once.
@@ -194,7 +194,7 @@ impl<D: Driver> RequestQueue<D> {
     /// let mut read = pin!(queue.submit_async(Bio::new(Op::Read, 0, 8)));
     /// assert!(read.as_mut().poll(&mut cx).is_pending()); // in the driver
     /// let rq = host.driver().take().pop().unwrap();
-    /// queue.end_request(rq, Status::Ok);
+    /// queue.end_request(rq, Status::Ok).unwrap();
     /// assert_eq!(read.as_mut().poll(&mut cx), Poll::Ready(Status::Ok));
     /// ```
     pub fn submit_async(&self, bio: Bio) -> SubmitFuture<'_, D> {

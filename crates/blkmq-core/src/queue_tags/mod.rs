@@ -13,7 +13,7 @@ use core::ptr;
 use crossbeam_utils::CachePadded;
 
 use crate::bio::{Bio, Op, Status};
-use crate::error::TagError;
+use crate::error::{Misused, TagError};
 use crate::platform::Platform;
 use crate::request::{NO_TAG, Request, Rq, RqIo, RqState};
 use crate::sync::{AtomicBool, AtomicUsize, Ordering};
@@ -574,7 +574,9 @@ impl<T, P: Platform> QueueTags<T, P> {
     /// Ends every bio with `status` and frees the request and its tags.
     ///
     /// # Errors
-    /// [`TagError::ForeignRequest`] when `rq` is not this queue's (nothing is freed).
+    /// [`Misused`] with [`TagError::ForeignRequest`] when `rq` is not this queue's: nothing
+    /// is ended or freed, and the token comes back in the error, still live, for the queue
+    /// it belongs to.
     ///
     /// ```
     /// use blkmq_core::{Alloc, Bio, Op, StdPlatform, Status, TagSet};
@@ -590,13 +592,30 @@ impl<T, P: Platform> QueueTags<T, P> {
     /// queue.complete(rq, Status::Timeout).unwrap();
     /// assert_eq!(set.busy(), 0);
     /// ```
-    pub fn complete(&self, rq: Rq, status: Status) -> Result<(), TagError> {
+    ///
+    /// A token of another queue comes back, its bios and tag untouched:
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, Bio, Op, StdPlatform, Status, TagError, TagSet};
+    ///
+    /// let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let (a, b) = (set.attach().unwrap(), set.attach().unwrap());
+    /// let mut rq = a.alloc(&Alloc::new(0, 0)).unwrap();
+    /// a.set_bio(&mut rq, Bio::new(Op::Read, 0, 8)).unwrap();
+    /// let misused = b.complete(rq, Status::Ok).unwrap_err();
+    /// assert_eq!(misused.error, TagError::ForeignRequest);
+    /// assert_eq!((a.io(&misused.rq).unwrap().nr_bios(), set.busy()), (1, 1));
+    /// a.complete(misused.rq, Status::Ok).unwrap();
+    /// assert_eq!(set.busy(), 0);
+    /// ```
+    pub fn complete(&self, rq: Rq, status: Status) -> Result<(), Misused> {
         self.complete_with(rq, status, |_, _, _| {}, Bio::complete)
     }
 
     /// Like [`complete`](Self::complete), each bio handed to `end` rather than its callback,
     /// and `first` shown the token, the request and its I/O before anything ends: one
-    /// look-up of the request serves the hooks, the ending and the free.
+    /// look-up of the request serves the hooks, the ending and the free. A refused token
+    /// ([`TagError::ForeignRequest`]) comes back before `first` runs.
     #[inline]
     pub(crate) fn complete_with(
         &self,
@@ -604,8 +623,10 @@ impl<T, P: Platform> QueueTags<T, P> {
         status: Status,
         first: impl FnOnce(&Rq, &Request<T>, &RqIo),
         end: impl FnMut(Bio, Status),
-    ) -> Result<(), TagError> {
-        let (owner, request) = self.owner(&rq)?;
+    ) -> Result<(), Misused> {
+        let Ok((owner, request)) = self.owner(&rq) else {
+            return Err(Misused::foreign(rq));
+        };
         // SAFETY: we own the token; the shared view ends with `first`, before `io_mut`.
         first(&rq, request, unsafe { request.io_ref() });
         // From idle (ended before it was started) or in flight; already complete when a
@@ -623,17 +644,22 @@ impl<T, P: Platform> QueueTags<T, P> {
             if tag >= map.nr_reserved && !io.counted {
                 let cpu = io.alloc_cpu as usize;
                 request.release();
-                return map.put_normal(tag, cpu);
+                return map
+                    .put_normal(tag, cpu)
+                    .map_err(|error| Misused { rq, error });
             }
         }
-        self.free_resolved(rq, owner, request)
+        self.free_resolved(&rq, owner, request)
+            .map_err(|error| Misused { rq, error })
     }
 
     /// Frees a request and its tags; a bio still on it ends with [`Status::IoErr`], so none
     /// is lost.
     ///
     /// # Errors
-    /// [`TagError::ForeignRequest`] when `rq` is not this queue's (nothing is freed).
+    /// [`Misused`] with [`TagError::ForeignRequest`] when `rq` is not this queue's: nothing
+    /// is freed, and the token comes back in the error, still live, for the queue it belongs
+    /// to.
     ///
     /// ```
     /// use blkmq_core::{Alloc, Bio, Op, StdPlatform, Status, TagSet};
@@ -649,8 +675,24 @@ impl<T, P: Platform> QueueTags<T, P> {
     /// queue.free(rq).unwrap();
     /// assert_eq!(set.busy(), 0);
     /// ```
+    ///
+    /// A token of another tag set comes back, and can still be freed where it belongs:
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, StdPlatform, TagError, TagSet};
+    ///
+    /// let (one, two) = (TagSet::builder(8), TagSet::builder(8));
+    /// let one = one.build(StdPlatform::new(), |_| ()).unwrap();
+    /// let two = two.build(StdPlatform::new(), |_| ()).unwrap();
+    /// let (a, b) = (one.attach().unwrap(), two.attach().unwrap());
+    /// let rq = a.alloc(&Alloc::new(0, 0)).unwrap();
+    /// let misused = b.free(rq).unwrap_err();
+    /// assert_eq!((misused.error, one.busy()), (TagError::ForeignRequest, 1));
+    /// a.free(misused.rq).unwrap();
+    /// assert_eq!(one.busy(), 0);
+    /// ```
     #[inline(always)]
-    pub fn free(&self, rq: Rq) -> Result<(), TagError> {
+    pub fn free(&self, rq: Rq) -> Result<(), Misused> {
         // The common case inline: our own driver request, normal tag, no bio left, not
         // counted towards a fair share.
         if rq.pool() == self.set_id {
@@ -664,7 +706,9 @@ impl<T, P: Platform> QueueTags<T, P> {
                         if io.nr_bios() == 0 && !io.counted {
                             let cpu = io.alloc_cpu as usize;
                             request.release();
-                            return map.put_normal(tag, cpu);
+                            return map
+                                .put_normal(tag, cpu)
+                                .map_err(|error| Misused { rq, error });
                         }
                     }
                 }
@@ -674,17 +718,21 @@ impl<T, P: Platform> QueueTags<T, P> {
     }
 
     #[inline(never)]
-    fn free_general(&self, rq: Rq) -> Result<(), TagError> {
-        let (owner, request) = self.owner(&rq)?;
-        self.free_resolved(rq, owner, request)
+    fn free_general(&self, rq: Rq) -> Result<(), Misused> {
+        let Ok((owner, request)) = self.owner(&rq) else {
+            return Err(Misused::foreign(rq));
+        };
+        self.free_resolved(&rq, owner, request)
+            .map_err(|error| Misused { rq, error })
     }
 
     /// Frees the request `rq` names, which the caller resolved (to `owner` and `request`)
-    /// from this very token.
+    /// from this very token, and consumes it: whatever this returns, the token names
+    /// nothing afterwards.
     #[inline]
     fn free_resolved(
         &self,
-        rq: Rq,
+        rq: &Rq,
         owner: Owner<'_, T, P::RawMutex>,
         request: &Request<T>,
     ) -> Result<(), TagError> {
@@ -869,9 +917,12 @@ impl<T, P: Platform> QueueTags<T, P> {
         (request.is_allocated_to(self.id) && request.driver_tag() == tag as u32).then_some(request)
     }
 
-    /// Calls `f` for each of this queue's requests holding a driver tag, on `hctx` only or
-    /// on all; stops when `f` returns false (Linux's `blk_mq_queue_tag_busy_iter`). As for
-    /// [`TagSet::for_each_busy`], `f` runs under the set's iteration lock.
+    /// Calls `f` once for each of this queue's requests holding a driver tag, on `hctx` only
+    /// or on all, started or not; stops when `f` returns false (Linux's
+    /// `blk_mq_queue_tag_busy_iter`). It promises what [`TagSet::for_each_busy`] does: each
+    /// request at most once, and only those allocated (in flight, for the started ones) at
+    /// one same moment of the walk, so it never reports more than the queue held then. As
+    /// there, `f` runs under the set's iteration lock.
     ///
     /// ```
     /// use blkmq_core::{Alloc, StdPlatform, TagSet};

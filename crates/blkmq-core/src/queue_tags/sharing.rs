@@ -19,11 +19,16 @@ impl<T, P: Platform> QueueTags<T, P> {
         let map = &self.set.maps[m];
         let users = map.active_queues.fetch_add(1, Ordering::SeqCst) + 1;
         map.users_changed(users);
+        // Once per change to active: the service idles the queue when it goes quiet.
+        self.set
+            .platform()
+            .service_after(crate::queue::IDLE_INTERVAL_NS);
     }
 
     /// Marks this queue idle on `hctx`'s map if it holds no counted tag there, giving its
     /// share back to the other queues (Linux's `blk_mq_tag_idle`, run from the timeout
-    /// work). Returns whether it went idle.
+    /// work). Returns whether it went idle. [`Host::service`](crate::Host::service) calls
+    /// it for every queue of its host at each [`IDLE_INTERVAL_NS`](crate::IDLE_INTERVAL_NS).
     ///
     /// ```
     /// use blkmq_core::{Alloc, StdPlatform, TagSet};

@@ -148,8 +148,9 @@ pub(super) struct ReqModel {
     pub(super) id: ReqId,
     pub(super) queue: usize,
     pub(super) hctx: usize,
-    /// The token; `None` once a refused free through another queue consumed it. The request
-    /// is then out (an orphan) until its queue is dropped and reclaims it.
+    /// The token; `None` only for a request whose token was lost (an orphan), which stays
+    /// out until its queue is dropped and reclaims it. A refused free or completion hands
+    /// the token back, so no call of the model makes one.
     pub(super) rq: Option<Rq>,
     /// The array that owns the request.
     pub(super) pool: Pool,

@@ -1262,8 +1262,14 @@ impl Runner {
         }
         // The set's iteration takes no hardware queue.
         let hctx = hctx.filter(|_| queue.is_some());
-        // In iteration order: map by map, by driver tag (reserved tags first).
-        let mut busy: Vec<(usize, u32, usize, u32)> = world
+        // In iteration order: map by map, by driver tag (reserved tags first); each with its
+        // queue's identity and its state.
+        let ids: Vec<Option<u32>> = self
+            .queues
+            .iter()
+            .map(|q| q.as_ref().map(|q| q.id()))
+            .collect();
+        let mut busy: Vec<(usize, u32, usize, u32, Option<u32>, RqState)> = world
             .reqs
             .iter()
             .filter(|r| queue.is_none_or(|q| r.queue == q))
@@ -1271,20 +1277,28 @@ impl Runner {
                 hctx.is_none_or(|h| r.hctx == h && (setup.nr_maps() == 1 || r.pool.map() == h))
             })
             .filter_map(|r| {
-                r.driver_tag
-                    .map(|t| (r.pool.map(), t as u32, r.hctx, r.tag as u32))
+                r.driver_tag.map(|t| {
+                    (
+                        r.pool.map(),
+                        t as u32,
+                        r.hctx,
+                        r.tag as u32,
+                        ids[r.queue],
+                        r.state,
+                    )
+                })
             })
             .collect();
-        busy.sort_unstable();
+        busy.sort_unstable_by_key(|b| (b.0, b.1));
         let stop_after = 1 + stop_after % (busy.len() + 2);
-        let expected: Vec<(usize, u32, u32)> = busy
+        let expected: Vec<(usize, u32, u32, Option<u32>, RqState)> = busy
             .iter()
             .take(stop_after)
-            .map(|&(_, t, h, own)| (h, t, own))
+            .map(|&(_, t, h, own, id, state)| (h, t, own, id, state))
             .collect();
         let mut seen = Vec::new();
         let mut visit = |b: blkmq_core::BusyRq<'_, u32>| {
-            seen.push((b.hctx, b.tag, b.request.tag()));
+            seen.push((b.hctx, b.tag, b.request.tag(), Some(b.queue), b.state));
             seen.len() < stop_after
         };
         match queue {
@@ -1297,7 +1311,7 @@ impl Runner {
         ensure!(
             seen == expected,
             "for_each_busy(queue {queue:?}, hctx {hctx:?}) stopping after {stop_after} saw \
-             (hctx, tag, own tag) {seen:?}, expected {expected:?}"
+             (hctx, tag, own tag, queue, state) {seen:?}, expected {expected:?}"
         );
         Ok(())
     }
@@ -1383,17 +1397,23 @@ impl Runner {
                 result.map(|_| ())
             }
             ForeignCall::Free | ForeignCall::Complete => {
-                // The refused call consumes the token: a live request becomes an orphan,
-                // out until its own queue is dropped.
+                // The refused call hands the token back: it goes back where it came from.
                 let rq = match live {
                     Some(i) => world.reqs[i].rq.take().expect("a request with its token"),
                     None => world.stale.remove(stale),
                 };
-                if call == ForeignCall::Free {
+                let result = if call == ForeignCall::Free {
                     queue.free(rq)
                 } else {
                     queue.complete(rq, Status::Ok)
-                }
+                };
+                result.map_err(|misused| {
+                    match live {
+                        Some(i) => world.reqs[i].rq = Some(misused.rq),
+                        None => world.stale.insert(stale, misused.rq),
+                    }
+                    misused.error
+                })
             }
         };
         ensure!(

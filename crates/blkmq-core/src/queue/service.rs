@@ -1,0 +1,208 @@
+//! The service entry point: everything that happens outside a submission or a completion
+//! (Linux's kblockd work: `blk_mq_run_work_fn`, `blk_mq_delay_run_hw_queue`,
+//! `blk_mq_timeout_work` and the `blk_mq_tag_idle` it does).
+//!
+//! [`Host::service`] runs kicked hardware queues, delayed reruns whose time came, elevator
+//! timers that expired, the timeout check at the tag set's interval and tag idling, and
+//! says when it next needs to be called. The std runtime
+//! ([`StdPlatform`](crate::StdPlatform)), the simulator and a kernel all drive this one
+//! function.
+
+use crate::driver::Driver;
+use crate::platform::{Platform, Service};
+use crate::sync::{AtomicU64, Ordering};
+
+use super::RequestQueue;
+use super::host::Host;
+
+/// How long a queue sharing a tag set may go with nothing in flight before the service
+/// marks it idle and its share goes back to the other queues (Linux idles a queue's tags
+/// from its timeout work when nothing is busy).
+///
+/// ```
+/// assert_eq!(blkmq_core::IDLE_INTERVAL_NS, 100_000_000);
+/// ```
+pub const IDLE_INTERVAL_NS: u64 = 100_000_000;
+
+/// The longest interval between two timeout checks while a host has queues (Linux rounds
+/// its timeout timer up to a second). Sets with a shorter request timeout are checked at
+/// that timeout, but never more often than once a millisecond.
+///
+/// ```
+/// assert_eq!(blkmq_core::TIMEOUT_CHECK_NS, 1_000_000_000);
+/// ```
+pub const TIMEOUT_CHECK_NS: u64 = 1_000_000_000;
+
+/// The periodic work's next times, in platform time (`0`: not armed).
+pub(super) struct Ticks {
+    timeout_at: AtomicU64,
+    idle_at: AtomicU64,
+}
+
+impl Ticks {
+    pub(super) fn new() -> Self {
+        Self {
+            timeout_at: AtomicU64::new(0),
+            idle_at: AtomicU64::new(0),
+        }
+    }
+}
+
+/// The earliest of two wanted times (`u64::MAX`: none).
+#[inline]
+fn earliest(next: &mut u64, at: u64) {
+    *next = (*next).min(at);
+}
+
+impl<D: Driver> Host<D> {
+    /// Does everything due now outside a submission or a completion, and returns the
+    /// platform time ([`Platform::now_ns`](crate::Platform::now_ns)) it next needs to be
+    /// called at, or `None` when nothing is pending. In order:
+    ///
+    /// * kicked hardware queues ([`Platform::kick`](crate::Platform::kick)) run;
+    /// * delayed reruns ([`Platform::kick_after`](crate::Platform::kick_after)) run once
+    ///   their time came, never sooner; a later one is returned;
+    /// * elevators whose timer ([`RequestQueue::next_timer`]) expired have their queues run;
+    /// * every [`TIMEOUT_CHECK_NS`] (or the set's timeout, if shorter) while the host has
+    ///   queues, requests past their deadline are checked ([`RequestQueue::check_timeouts`]);
+    /// * every [`IDLE_INTERVAL_NS`] while queues share a tag set, a queue with nothing in
+    ///   flight is marked idle ([`QueueTags::mark_idle`](crate::QueueTags::mark_idle)), so
+    ///   the others get its share back; its next allocation makes it active again.
+    ///
+    /// Call it from a thread (it runs hardware queues, so the driver's `queue_rq`), never
+    /// from inside a [`kick`](crate::Platform::kick) or an interrupt. Calls may overlap.
+    /// The std runtime calls it by itself; in manual mode a test calls it by hand.
+    ///
+    /// ```
+    /// use blkmq_core::*;
+    /// use blkmq_core::testing::Null;
+    ///
+    /// let platform = StdPlatform::manual_with_cpus(1);
+    /// let host = Host::new(TagSet::builder(8), platform.clone(), Null::new()).unwrap();
+    /// assert_eq!(host.service(), None); // no queue: nothing to check, ever
+    /// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(64))).unwrap();
+    /// let now = platform.now_ns();
+    /// let next = host.service().unwrap(); // the first timeout check is armed
+    /// assert!(next >= now + 1_000_000 && next <= platform.now_ns() + TIMEOUT_CHECK_NS);
+    /// # drop(queue);
+    /// ```
+    pub fn service(&self) -> Option<u64> {
+        let now = self.set.platform().now_ns();
+        let mut next = u64::MAX;
+        self.run_due(now, &mut next);
+        let queues = self.run_timers(now, &mut next);
+        if queues > 0 {
+            self.tick_timeouts(now, &mut next);
+        }
+        self.tick_idle(now, &mut next);
+        (next != u64::MAX).then_some(next)
+    }
+
+    /// Kicked hardware queues whose time came run; the others stay marked.
+    fn run_due(&self, now: u64, next: &mut u64) {
+        self.kicked.drain(|slot| {
+            let due = self.due[slot].load(Ordering::SeqCst);
+            if due != u64::MAX && due > now {
+                // A delayed rerun, not yet: stays marked for a later call.
+                self.kicked.mark(slot);
+                earliest(next, due);
+                return;
+            }
+            // Cleared before the queue's marks are taken: a delay set after this is
+            // kept; one set before is taken early at worst, never lost.
+            self.due[slot].store(u64::MAX, Ordering::SeqCst);
+            if let Some(queue) = self.queue_at(slot) {
+                queue.kicked.drain(|hctx| queue.run_hw_queue(hctx));
+            }
+        });
+    }
+
+    /// Queues whose elevator timer expired run. Returns how many live queues there are.
+    fn run_timers(&self, now: u64, next: &mut u64) -> usize {
+        let mut queues = 0;
+        self.for_each_queue(|queue| {
+            queues += 1;
+            if !queue.has_elevator.load(Ordering::Relaxed) {
+                return;
+            }
+            let Some(at) = queue.next_timer() else {
+                return;
+            };
+            if at > now {
+                earliest(next, at);
+                return;
+            }
+            queue.run_hw_queues();
+            // A timer still in the past is not wanted again at once (the elevator holds
+            // work for a completion); a later one is.
+            if let Some(at) = queue.next_timer().filter(|&at| at > now) {
+                earliest(next, at);
+            }
+        });
+        queues
+    }
+
+    /// The timeout check, at its interval.
+    fn tick_timeouts(&self, now: u64, next: &mut u64) {
+        let interval = self.set.timeout_ns().clamp(1_000_000, TIMEOUT_CHECK_NS);
+        let ticks = &self.ticks;
+        let at = ticks.timeout_at.load(Ordering::Acquire);
+        if at == 0 || now >= at {
+            let then = now.saturating_add(interval);
+            // One caller of overlapping ones does the check.
+            if ticks
+                .timeout_at
+                .compare_exchange(at, then, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+                && at != 0
+            {
+                self.for_each_queue(|queue| {
+                    queue.check_timeouts(now);
+                });
+            }
+        }
+        earliest(next, ticks.timeout_at.load(Ordering::Acquire));
+    }
+
+    /// Tag idling, at its interval, while queues are active on a shared tag set.
+    fn tick_idle(&self, now: u64, next: &mut u64) {
+        let ticks = &self.ticks;
+        let at = ticks.idle_at.load(Ordering::Acquire);
+        if at != 0
+            && now >= at
+            && ticks
+                .idle_at
+                .compare_exchange(at, 0, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        {
+            self.for_each_queue(RequestQueue::idle_tags);
+        }
+        let nr_hw = self.set.nr_hw_queues();
+        if !(0..nr_hw).any(|hctx| self.set.active_queues(hctx) > 0) {
+            return; // nobody holds a share: nothing to give back
+        }
+        let then = now.saturating_add(IDLE_INTERVAL_NS);
+        let _ = ticks
+            .idle_at
+            .compare_exchange(0, then, Ordering::AcqRel, Ordering::Acquire);
+        earliest(next, ticks.idle_at.load(Ordering::Acquire));
+    }
+}
+
+impl<D: Driver> Service for Host<D> {
+    fn service(&self) -> Option<u64> {
+        Host::service(self)
+    }
+}
+
+impl<D: Driver> RequestQueue<D> {
+    /// Marks this queue idle on every map where it has nothing in flight.
+    fn idle_tags(&self) {
+        let Some(_inside) = self.enter_any() else {
+            return;
+        };
+        for hctx in 0..self.nr_hw_queues() {
+            self.tags().mark_idle(hctx);
+        }
+    }
+}
