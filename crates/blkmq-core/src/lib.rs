@@ -80,8 +80,9 @@ pub use merge::MergeKind;
 pub use platform::StdPlatform;
 pub use platform::{NoPlatform, Platform, Service};
 pub use queue::{
-    Host, IDLE_INTERVAL_NS, PLUG_FLUSH_BYTES, PLUG_MAX, PLUG_MAX_MULTI, Plug, QueueConfig,
-    RESOURCE_DELAY_NS, RequestQueue, RestartSet, SubmitFuture, TIMEOUT_CHECK_NS, TagsGuard,
+    Due, Host, IDLE_INTERVAL_NS, PLUG_FLUSH_BYTES, PLUG_MAX, PLUG_MAX_MULTI, Plug, QueueConfig,
+    RESOURCE_DELAY_NS, RequestQueue, RestartSet, Serviced, SubmitFuture, TIMEOUT_CHECK_NS,
+    TagsGuard,
 };
 pub use queue_map::{QueueMap, QueueMaps, QueueType};
 pub use queue_tags::{Alloc, AllocFuture, QueueTags};

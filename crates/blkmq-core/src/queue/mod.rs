@@ -85,7 +85,7 @@ pub use config::QueueConfig;
 pub use host::Host;
 pub use plug::{PLUG_FLUSH_BYTES, PLUG_MAX, PLUG_MAX_MULTI, Plug};
 pub use restart::{RESOURCE_DELAY_NS, RestartSet};
-pub use service::{IDLE_INTERVAL_NS, TIMEOUT_CHECK_NS};
+pub use service::{Due, IDLE_INTERVAL_NS, Serviced, TIMEOUT_CHECK_NS};
 pub use usage::TagsGuard;
 pub use wait::SubmitFuture;
 

@@ -6,7 +6,8 @@
 //! timers that expired, the timeout check at the tag set's interval and tag idling, and
 //! says when it next needs to be called. The std runtime
 //! ([`StdPlatform`](crate::StdPlatform)), the simulator and a kernel all drive this one
-//! function.
+//! function; a platform with its own model of when its kblockd runs (the simulator) asks
+//! it for one part of that work at a time with [`Host::service_only`].
 
 use crate::driver::Driver;
 use crate::platform::{Platform, Service};
@@ -32,6 +33,54 @@ pub const IDLE_INTERVAL_NS: u64 = 100_000_000;
 /// assert_eq!(blkmq_core::TIMEOUT_CHECK_NS, 1_000_000_000);
 /// ```
 pub const TIMEOUT_CHECK_NS: u64 = 1_000_000_000;
+
+/// Which part of the service's work a call of [`Host::service_only`] does.
+///
+/// [`All`](Due::All) is what [`Host::service`] does: everything whose time came, as the
+/// std runtime and a kernel call it. The other parts are for a platform whose own model
+/// says when its kblockd runs each piece (the simulator, on virtual time): the service
+/// still decides what each piece runs.
+///
+/// ```
+/// use blkmq_core::Due;
+/// assert_ne!(Due::All, Due::Kicked);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Due {
+    /// Everything whose time came: kicked queues, delayed reruns due, expired elevator
+    /// timers, the timeout check at its interval, tag idling.
+    All,
+    /// Every kicked hardware queue runs now, delayed reruns too, whatever their delay (the
+    /// platform's own model decided that now is their time); nothing else.
+    Kicked,
+    /// The queues whose elevator timer expired run; nothing else.
+    Timers,
+    /// Every queue is checked for requests past their deadline now, whatever the check's
+    /// interval; nothing else.
+    Timeouts,
+}
+
+/// What a call of [`Host::service_only`] did, and when it next wants to be called.
+///
+/// ```
+/// use blkmq_core::*;
+/// use blkmq_core::testing::Null;
+///
+/// let host = Host::new(TagSet::builder(8), StdPlatform::manual(), Null::new()).unwrap();
+/// let done = host.service_only(Due::Kicked);
+/// assert_eq!(done, Serviced::default()); // nothing kicked, nothing pending
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Serviced {
+    /// The platform time the work this call covers next needs a call at, or `None` when
+    /// none of it is pending.
+    pub next: Option<u64>,
+    /// Kicked hardware queues that ran.
+    pub kicked: usize,
+    /// Requests that timed out ([`RequestQueue::check_timeouts`]).
+    pub timed_out: usize,
+}
 
 /// The periodic work's next times, in platform time (`0`: not armed).
 pub(super) struct Ticks {
@@ -87,19 +136,62 @@ impl<D: Driver> Host<D> {
     /// # drop(queue);
     /// ```
     pub fn service(&self) -> Option<u64> {
-        let now = self.set.platform().now_ns();
-        let mut next = u64::MAX;
-        self.run_due(now, &mut next);
-        let queues = self.run_timers(now, &mut next);
-        if queues > 0 {
-            self.tick_timeouts(now, &mut next);
-        }
-        self.tick_idle(now, &mut next);
-        (next != u64::MAX).then_some(next)
+        self.service_only(Due::All).next
     }
 
-    /// Kicked hardware queues whose time came run; the others stay marked.
-    fn run_due(&self, now: u64, next: &mut u64) {
+    /// Does the part `due` names of what [`service`](Self::service) does, and says what
+    /// it did and when that part next needs a call: for a platform with its own model of
+    /// when its kblockd runs each piece (the simulator runs kicks after its own latency,
+    /// elevator timers at their time, timeout checks at its own interval). Call it from
+    /// where [`service`](Self::service) is called.
+    ///
+    /// ```
+    /// use blkmq_core::*;
+    /// use blkmq_core::testing::Null;
+    ///
+    /// let platform = StdPlatform::manual_with_cpus(1);
+    /// let host = Host::new(TagSet::builder(8), platform.clone(), Null::new()).unwrap();
+    /// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(64))).unwrap();
+    /// assert_eq!(host.service_only(Due::Timeouts).timed_out, 0); // nothing in flight
+    /// assert_eq!(host.service_only(Due::Timers).next, None); // no elevator
+    /// assert!(host.service_only(Due::All).next.is_some()); // the timeout check, armed
+    /// # drop(queue);
+    /// ```
+    pub fn service_only(&self, due: Due) -> Serviced {
+        let now = self.set.platform().now_ns();
+        let mut next = u64::MAX;
+        let mut done = Serviced::default();
+        match due {
+            Due::All => {
+                done.kicked = self.run_due(now, &mut next);
+                let queues = self.run_timers(now, &mut next);
+                if queues > 0 {
+                    done.timed_out = self.tick_timeouts(now, &mut next);
+                }
+                self.tick_idle(now, &mut next);
+            }
+            // Nothing is later than `u64::MAX`: every kicked queue is due.
+            Due::Kicked => done.kicked = self.run_due(u64::MAX, &mut next),
+            Due::Timers => {
+                self.run_timers(now, &mut next);
+            }
+            Due::Timeouts => done.timed_out = self.check_timeouts_now(now),
+        }
+        done.next = (next != u64::MAX).then_some(next);
+        done
+    }
+
+    /// Every queue checked for timeouts at `now`; how many timed out.
+    fn check_timeouts_now(&self, now: u64) -> usize {
+        let mut fired = 0;
+        self.for_each_queue(|queue| fired += queue.check_timeouts(now));
+        fired
+    }
+
+    /// Kicked hardware queues whose time came run; the others stay marked. Returns how
+    /// many ran.
+    fn run_due(&self, now: u64, next: &mut u64) -> usize {
+        let mut ran = 0;
         self.kicked.drain(|slot| {
             let due = self.due[slot].load(Ordering::SeqCst);
             if due != u64::MAX && due > now {
@@ -112,9 +204,13 @@ impl<D: Driver> Host<D> {
             // kept; one set before is taken early at worst, never lost.
             self.due[slot].store(u64::MAX, Ordering::SeqCst);
             if let Some(queue) = self.queue_at(slot) {
-                queue.kicked.drain(|hctx| queue.run_hw_queue(hctx));
+                queue.kicked.drain(|hctx| {
+                    queue.run_hw_queue(hctx);
+                    ran += 1;
+                });
             }
         });
+        ran
     }
 
     /// Queues whose elevator timer expired run. Returns how many live queues there are.
@@ -142,8 +238,9 @@ impl<D: Driver> Host<D> {
         queues
     }
 
-    /// The timeout check, at its interval.
-    fn tick_timeouts(&self, now: u64, next: &mut u64) {
+    /// The timeout check, at its interval. Returns how many timed out.
+    fn tick_timeouts(&self, now: u64, next: &mut u64) -> usize {
+        let mut fired = 0;
         let interval = self.set.timeout_ns().clamp(1_000_000, TIMEOUT_CHECK_NS);
         let ticks = &self.ticks;
         let at = ticks.timeout_at.load(Ordering::Acquire);
@@ -156,12 +253,11 @@ impl<D: Driver> Host<D> {
                 .is_ok()
                 && at != 0
             {
-                self.for_each_queue(|queue| {
-                    queue.check_timeouts(now);
-                });
+                fired = self.check_timeouts_now(now);
             }
         }
         earliest(next, ticks.timeout_at.load(Ordering::Acquire));
+        fired
     }
 
     /// Tag idling, at its interval, while queues are active on a shared tag set.
