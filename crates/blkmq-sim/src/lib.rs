@@ -6,10 +6,14 @@
 //!   only the event loop moves, a current CPU the loop sets, kicks and interrupts turned
 //!   into events.
 //! * [`Sim`]: the event loop. Events are ordered by (time, sequence number): device
-//!   interrupts, kicks (which call [`Host::run_kicked`](blkmq_core::Host::run_kicked)),
-//!   elevator timers ([`RequestQueue::next_timer`](blkmq_core::RequestQueue::next_timer)),
+//!   interrupts, kicks, elevator timers
+//!   ([`RequestQueue::next_timer`](blkmq_core::RequestQueue::next_timer)), timeout checks,
 //!   workload starts and wake-ups. It calls the library as a kernel would — `submit`,
-//!   the driver's `queue_rq`, `end_request` — on one thread.
+//!   the driver's `queue_rq`, `end_request` — on one thread; what runs outside a
+//!   submission or a completion (kicked queues, timers, timeouts, tag idling) is the
+//!   host's one service entry point, [`Host::service`](blkmq_core::Host::service), each
+//!   part at the time the loop's model of kblockd gives it
+//!   ([`Host::service_only`](blkmq_core::Host::service_only)).
 //! * Device models behind [`DeviceModel`]: [`MmcCard`] (with its own start / prepare /
 //!   interrupt interface for a hand-written driver, and [`LegacyMmc`], the card behind
 //!   Linux's legacy MMC queue thread), [`Disk`], [`Ssd`], [`Raid0`], [`Ideal`];

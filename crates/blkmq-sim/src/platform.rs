@@ -15,8 +15,12 @@ use blkmq_core::Platform;
 ///   forward, to the time of the event it handles; nothing reads a wall clock.
 /// * CPU: whatever the loop last set ([`SimPlatform::set_cpu`]): the issuing workload's CPU
 ///   while it submits, the interrupt CPU while a device completes.
-/// * Kicks: recorded; the loop turns them into one event that calls
-///   [`Host::run_kicked`](blkmq_core::Host::run_kicked) at the same virtual time.
+/// * Kicks: recorded; the loop turns them into one event at the same virtual time (or
+///   after its kblockd latency, [`SimConfig`](crate::SimConfig)) that has the host's
+///   service run every kicked queue
+///   ([`Host::service_only`](blkmq_core::Host::service_only) with
+///   [`Due::Kicked`](blkmq_core::Due::Kicked)); delayed ones
+///   ([`Platform::kick_after`]) run then too, the loop's latency being the delay.
 /// * Interrupts: a driver calls [`SimPlatform::raise_irq`] to be called back (through
 ///   [`SimDriver::interrupt`](crate::SimDriver::interrupt)) at a later virtual time.
 /// * Service: [`Platform::service_after`] is recorded; the loop calls

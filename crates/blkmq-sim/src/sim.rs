@@ -5,6 +5,14 @@
 //! LUNs) — each handled by calling
 //! into the real library, then everything that call caused (bio completions, new
 //! interrupts, kicks) settled at the same virtual time before the next event.
+//!
+//! The loop decides only when kblockd runs (its latency after a kick, the retry delay,
+//! an elevator's timer, its timeout-check interval); what runs then is the host's
+//! service entry point, the part of it the event is for
+//! ([`Host::service_only`](blkmq_core::Host::service_only)): kicks run the kicked queues
+//! ([`Due::Kicked`]), timer events the queues whose elevator timer expired
+//! ([`Due::Timers`]), timeout checks every queue's timeouts ([`Due::Timeouts`]), service
+//! calls everything due ([`Due::All`]).
 
 use std::cell::RefCell;
 use std::cmp::Reverse;
@@ -15,8 +23,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use blkmq_core::{
-    Bio, ConfigError, Elevator, Host, IssuerId, Op, Plug, QueueConfig, RequestQueue, SECTOR_SIZE,
-    Status, TagSetBuilder,
+    Bio, ConfigError, Due, Elevator, Host, IssuerId, Op, Plug, QueueConfig, RequestQueue,
+    SECTOR_SIZE, Status, TagSetBuilder,
 };
 
 use crate::device::DeviceModel;
@@ -132,7 +140,10 @@ pub struct SimConfig {
     /// would spin without end.
     pub kick_retry_ns: u64,
     /// Every how long to check for timed-out requests while I/O is outstanding (default
-    /// `None`: never).
+    /// `None`: never), through the host's service
+    /// ([`Due::Timeouts`](blkmq_core::Due::Timeouts)). Service calls made for tag idling
+    /// also run its own periodic check; both count in
+    /// [`SimStats::timeouts`](crate::SimStats::timeouts).
     pub timeout_check_ns: Option<u64>,
     /// Events to handle at most before giving up with [`SimError::EventLimit`] (default
     /// `u64::MAX`).
@@ -704,7 +715,9 @@ impl<D: SimDriver> Sim<D> {
                 self.kick_pending = false;
                 self.stats.kick_runs += 1;
                 self.platform.set_cpu(self.config.irq_cpu);
-                self.host.run_kicked();
+                // The loop's kblockd latency decided that now is the kicked queues' time,
+                // delayed reruns included.
+                self.host.service_only(Due::Kicked);
                 self.rekicked = self.platform.has_kicks();
             }
             Event::ElvTimer { queue, at } => {
@@ -714,7 +727,7 @@ impl<D: SimDriver> Sim<D> {
                 self.timer_fired[queue] = Some(at);
                 self.stats.timer_runs += 1;
                 self.platform.set_cpu(self.config.irq_cpu);
-                self.queues[queue].run_hw_queues();
+                self.host.service_only(Due::Timers);
             }
             Event::Start(i) => {
                 self.slots[i].started = true;
@@ -737,7 +750,9 @@ impl<D: SimDriver> Sim<D> {
             Event::Service => {
                 self.service_pending = None;
                 self.platform.set_cpu(self.config.irq_cpu);
-                if let Some(next) = self.host.service() {
+                let done = self.host.service_only(Due::All);
+                self.stats.timeouts += done.timed_out as u64;
+                if let Some(next) = done.next {
                     // The periodic work matters only while I/O is outstanding: the loop
                     // ends when nothing is.
                     if self.slots.iter().any(|s| s.outstanding > 0) {
@@ -748,9 +763,8 @@ impl<D: SimDriver> Sim<D> {
             Event::TimeoutCheck => {
                 self.timeout_pending = false;
                 self.platform.set_cpu(self.config.irq_cpu);
-                for queue in &self.queues {
-                    self.stats.timeouts += queue.check_timeouts(self.now) as u64;
-                }
+                let done = self.host.service_only(Due::Timeouts);
+                self.stats.timeouts += done.timed_out as u64;
             }
         }
     }
