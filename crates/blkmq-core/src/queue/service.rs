@@ -147,15 +147,35 @@ impl<D: Driver> Host<D> {
     ///
     /// ```
     /// use blkmq_core::*;
-    /// use blkmq_core::testing::Null;
+    /// use std::sync::atomic::{AtomicBool, Ordering};
+    ///
+    /// /// Turns down the first request ("not now"), then completes everything.
+    /// struct Busy(AtomicBool);
+    /// impl Driver for Busy {
+    ///     type Platform = StdPlatform;
+    ///     type Payload = ();
+    ///     fn init_request(&self, _: RequestInit) {}
+    ///     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+    ///         if !self.0.swap(true, Ordering::Relaxed) {
+    ///             return Err(Rejected { rq, status: Status::Resource });
+    ///         }
+    ///         cx.queue().end_request(rq, Status::Ok).unwrap();
+    ///         Ok(())
+    ///     }
+    /// }
     ///
     /// let platform = StdPlatform::manual_with_cpus(1);
-    /// let host = Host::new(TagSet::builder(8), platform.clone(), Null::new()).unwrap();
+    /// let host = Host::new(TagSet::builder(8), platform.clone(), Busy(AtomicBool::new(false)))
+    ///     .unwrap();
     /// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(64))).unwrap();
     /// assert_eq!(host.service_only(Due::Timeouts).timed_out, 0); // nothing in flight
     /// assert_eq!(host.service_only(Due::Timers).next, None); // no elevator
+    /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    /// // Turned down with nothing in flight: a rerun asked for after the resource delay,
+    /// // which this caller says is now.
+    /// let done = host.service_only(Due::Kicked);
+    /// assert_eq!((done.kicked, done.next, queue.usage()), (1, None, 0));
     /// assert!(host.service_only(Due::All).next.is_some()); // the timeout check, armed
-    /// # drop(queue);
     /// ```
     pub fn service_only(&self, due: Due) -> Serviced {
         let now = self.set.platform().now_ns();
