@@ -102,17 +102,9 @@ impl<D: Driver> Host<D> {
     /// assert_eq!(host.run_kicked(), 0);
     /// ```
     pub fn run_kicked(&self) -> usize {
-        let mut ran = 0;
-        self.kicked.drain(|slot| {
-            self.due[slot].store(u64::MAX, Ordering::SeqCst);
-            if let Some(queue) = self.queue_at(slot) {
-                queue.kicked.drain(|hctx| {
-                    queue.run_hw_queue(hctx);
-                    ran += 1;
-                });
-            }
-        });
-        ran
+        // Every kicked queue is due at the end of time: delayed reruns run now too.
+        let mut next = u64::MAX;
+        self.run_due(u64::MAX, &mut next)
     }
 
     /// After a completion or requeue: rerun exactly the hardware queues that wait.

@@ -210,7 +210,7 @@ impl<D: Driver> Host<D> {
 
     /// Kicked hardware queues whose time came run; the others stay marked. Returns how
     /// many ran.
-    fn run_due(&self, now: u64, next: &mut u64) -> usize {
+    pub(super) fn run_due(&self, now: u64, next: &mut u64) -> usize {
         let mut ran = 0;
         self.kicked.drain(|slot| {
             let due = self.due[slot].load(Ordering::SeqCst);
