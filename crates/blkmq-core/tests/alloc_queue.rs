@@ -4,17 +4,19 @@
 //! per batch, with merges and with splits. Measured with a counting allocator on the submitting thread (everything here
 //! runs on it).
 //!
-//! Set `ALLOC_QUEUE_BACKTRACE=1` to have a failing run print where its first allocation came
+//! Set `ALLOC_BACKTRACE=1` to have a failing run print where its first allocation came
 //! from.
 
 #![cfg(not(loom))]
 
+#[path = "common/counting.rs"]
+mod counting;
 #[path = "common/fifo.rs"]
 mod fifo;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::backtrace::Backtrace;
-use std::cell::{Cell, RefCell};
+use counting::assert_no_alloc;
+
+use std::cell::Cell;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -22,81 +24,6 @@ use blkmq_core::{
     Bio, Driver, HctxCx, Host, Op, Platform, Plug, QueueConfig, QueueLimits, Rejected, RequestInit,
     RequestQueue, Rq, Status, TagSet,
 };
-
-struct Counting;
-
-thread_local! {
-    /// Allocations made by this thread while counting.
-    static COUNT: Cell<usize> = const { Cell::new(0) };
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-    /// Where the first counted allocation came from, when asked for.
-    static FIRST: RefCell<Option<String>> = const { RefCell::new(None) };
-    /// Whether to record it.
-    static BACKTRACE: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Whether to record a backtrace of the first counted allocation.
-fn want_backtrace() -> bool {
-    std::env::var_os("ALLOC_QUEUE_BACKTRACE").is_some()
-}
-
-// SAFETY: every call is forwarded to the system allocator unchanged; the bookkeeping touches
-// `const`-initialised thread-locals, and the optional backtrace is taken with counting off, so
-// its own allocations come back here only to be forwarded.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if COUNTING.with(Cell::get) {
-            COUNTING.with(|c| c.set(false));
-            let n = COUNT.with(|c| {
-                c.set(c.get() + 1);
-                c.get()
-            });
-            if n == 1 && BACKTRACE.with(Cell::get) {
-                let trace = format!("{layout:?}\n{}", Backtrace::force_capture());
-                FIRST.with(|f| *f.borrow_mut() = Some(trace));
-            }
-            COUNTING.with(|c| c.set(true));
-        }
-        // SAFETY: forwarded as is.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded as is.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: Counting = Counting;
-
-/// Runs `f` and returns the allocations it made on this thread, and where the first came from
-/// (with `ALLOC_QUEUE_BACKTRACE` set).
-fn counted(f: impl FnOnce()) -> (usize, Option<String>) {
-    BACKTRACE.with(|b| b.set(want_backtrace()));
-    FIRST.with(|first| first.borrow_mut().take());
-    COUNT.with(|c| c.set(0));
-    COUNTING.with(|c| c.set(true));
-    f();
-    COUNTING.with(|c| c.set(false));
-    (
-        COUNT.with(Cell::get),
-        FIRST.with(|first| first.borrow_mut().take()),
-    )
-}
-
-/// Checks that `f` allocates nothing; says where the first allocation came from if it does.
-fn assert_no_alloc(what: &str, f: impl FnOnce()) {
-    let (count, first) = counted(f);
-    assert!(
-        count == 0,
-        "{what}: {count} allocations in 10,000 I/Os{}",
-        match first {
-            Some(trace) => format!("; the first: {trace}"),
-            None => String::from(" (ALLOC_QUEUE_BACKTRACE=1 says where)"),
-        }
-    );
-}
 
 /// I/Os counted per configuration.
 const IOS: u64 = 10_000;
@@ -395,13 +322,12 @@ fn a_fresh_plug_per_batch_allocates_nothing() {
 #[test]
 fn starting_a_plug_allocates_nothing() {
     let (_host, queue) = build(true, LIMITS, false);
-    let (count, _) = counted(|| {
+    assert_no_alloc("Plug::new", || {
         for _ in 0..IOS {
             let plug: Plug<'_, Null> = Plug::new();
             std::hint::black_box(&plug);
         }
     });
-    assert_eq!(count, 0, "Plug::new allocates");
     // A plug given a request and dropped hands it over: nothing is left behind.
     let mut plug = Plug::new();
     queue
