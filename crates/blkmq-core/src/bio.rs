@@ -233,6 +233,28 @@ pub enum Status {
 }
 
 impl Status {
+    /// Every status, in the order of their numbers (`Status::ALL[s as usize] == s`).
+    ///
+    /// ```
+    /// use blkmq_core::Status;
+    /// assert_eq!(Status::ALL[0], Status::Ok);
+    /// assert!(Status::ALL.iter().enumerate().all(|(i, &s)| s as usize == i));
+    /// ```
+    pub const ALL: [Status; 12] = [
+        Status::Ok,
+        Status::NotSupported,
+        Status::Timeout,
+        Status::NoSpace,
+        Status::Medium,
+        Status::Protection,
+        Status::Offline,
+        Status::Invalid,
+        Status::IoErr,
+        Status::Again,
+        Status::Resource,
+        Status::DevResource,
+    ];
+
     /// Whether the status is [`Status::Ok`].
     ///
     /// ```

@@ -46,25 +46,9 @@ const DONE: u32 = 1 << 3;
 /// Where the status sits in the state word.
 const STATUS_SHIFT: u32 = 8;
 
-/// Every [`Status`], by its number (the enum is `repr(u8)`, numbered from zero in order).
-const STATUSES: [Status; 12] = [
-    Status::Ok,
-    Status::NotSupported,
-    Status::Timeout,
-    Status::NoSpace,
-    Status::Medium,
-    Status::Protection,
-    Status::Offline,
-    Status::Invalid,
-    Status::IoErr,
-    Status::Again,
-    Status::Resource,
-    Status::DevResource,
-];
-
 fn status_of(state: u32) -> Status {
     let index = ((state >> STATUS_SHIFT) & 0xff) as usize;
-    STATUSES.get(index).copied().unwrap_or(Status::IoErr)
+    Status::ALL.get(index).copied().unwrap_or(Status::IoErr)
 }
 
 /// Where one bio's end reaches the submitter that waits for it: no table, no allocation.

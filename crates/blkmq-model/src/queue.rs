@@ -617,24 +617,8 @@ fn reduce(config: &Config) -> Setup {
     }
 }
 
-/// Every status, for completions.
-const STATUSES: [Status; 12] = [
-    Status::Ok,
-    Status::NotSupported,
-    Status::Timeout,
-    Status::NoSpace,
-    Status::Medium,
-    Status::Protection,
-    Status::Offline,
-    Status::Invalid,
-    Status::IoErr,
-    Status::Again,
-    Status::Resource,
-    Status::DevResource,
-];
-
 fn status(raw: u8) -> Status {
-    STATUSES[usize::from(raw) % STATUSES.len()]
+    Status::ALL[usize::from(raw) % Status::ALL.len()]
 }
 
 /// The status a bio ends with at once, by the rules [`QueueLimits::check`] documents.

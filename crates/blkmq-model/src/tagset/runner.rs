@@ -30,22 +30,6 @@ use blkmq_core::{Rq, RqState};
 pub(super) type Set = TagSet<u32, TestPlatform>;
 pub(super) type Queue = QueueTags<u32, TestPlatform>;
 
-/// Every status, for [`Op::Complete`].
-const STATUSES: [Status; 12] = [
-    Status::Ok,
-    Status::NotSupported,
-    Status::Timeout,
-    Status::NoSpace,
-    Status::Medium,
-    Status::Protection,
-    Status::Offline,
-    Status::Invalid,
-    Status::IoErr,
-    Status::Again,
-    Status::Resource,
-    Status::DevResource,
-];
-
 /// The most requests one [`Op::AllocBatch`] asks for, plus one.
 const BATCH_RANGE: usize = 10;
 
@@ -423,7 +407,7 @@ impl Runner {
             },
             Op::Complete { index, status } => match self.pick(index) {
                 Some(i) => {
-                    let status = STATUSES[usize::from(status) % STATUSES.len()];
+                    let status = Status::ALL[usize::from(status) % Status::ALL.len()];
                     free_at(&self.queues, &mut self.world, i, Some(status)).map(|_| ())
                 }
                 None => Ok(()),
