@@ -4,6 +4,7 @@
 use core::fmt;
 
 use crate::error::ConfigError;
+use crate::segment::{BioData, BioSegments, Segment};
 
 /// What a [`Bio`] asks the device to do.
 ///
@@ -352,9 +353,9 @@ pub struct Bio {
     pub issuer: IssuerId,
     /// Opaque data for the driver.
     pub payload: u64,
-    /// Where this bio's data starts in the payload's buffer, in sectors: zero for a bio as
-    /// submitted, the piece's distance from the start for a piece of a split bio.
-    pub offset: u32,
+    /// Where the bytes are: a buffer, a table of segments, or nothing named yet (see
+    /// [`BioData`]); with the position a piece of a split bio starts at.
+    pub data: BioData,
     /// Opaque data for the submitter's `end_io`: a key, or a context's address (see
     /// [`EndIo`] for what a context must promise).
     pub private: u64,
@@ -395,7 +396,7 @@ impl Bio {
             },
             issuer: IssuerId(0),
             payload: 0,
-            offset: 0,
+            data: BioData::NONE,
             private: 0,
             end_io: None,
         }
@@ -450,6 +451,82 @@ impl Bio {
     pub const fn payload(mut self, payload: u64) -> Self {
         self.payload = payload;
         self
+    }
+
+    /// With its data in one contiguous buffer at `addr`, as long as the bio.
+    ///
+    /// The block layer never reads or writes the bytes; `addr` is handed to the driver as
+    /// it is, so this is safe. The driver and the submitter agree on what it names.
+    ///
+    /// ```
+    /// use blkmq_core::{Bio, Op, Segment};
+    /// let bio = Bio::new(Op::Read, 0, 16).buffer(0x10_0000);
+    /// assert_eq!(bio.segs().collect::<Vec<_>>(), [Segment::new(0x10_0000, 8192)]);
+    /// ```
+    pub const fn buffer(mut self, addr: u64) -> Self {
+        self.data = BioData::contiguous(addr);
+        self
+    }
+
+    /// With its data in the segments of `table`, front to back. Their lengths add up to the
+    /// bio's bytes (a bio whose table does not ends with [`Status::Invalid`]).
+    ///
+    /// ```
+    /// use blkmq_core::{Bio, Op, Segment};
+    /// static TABLE: [Segment; 2] = [Segment::new(0x1000, 512), Segment::new(0x9000, 3584)];
+    /// let bio = Bio::new(Op::Write, 0, 8).segments(&TABLE);
+    /// assert_eq!(bio.segs().count(), 2);
+    /// ```
+    pub fn segments(self, table: &'static [Segment]) -> Self {
+        // SAFETY: a `'static` table outlives every bio.
+        unsafe { self.segments_raw(table) }
+    }
+
+    /// With its data in the segments of `table`, which the caller keeps alive and unchanged
+    /// until the bio has ended.
+    ///
+    /// # Safety
+    /// `table` must stay valid, in place and unmodified until the bio's `end_io` has run (or,
+    /// for a bio that is never submitted, until its last copy is dropped): the block layer
+    /// reads it while the bio or a piece of it is in flight, from any CPU. Submitting through
+    /// [`RequestQueue::submit_and_wait`](crate::RequestQueue::submit_and_wait), which returns
+    /// only after the bio ended, satisfies this for a table on the caller's stack.
+    ///
+    /// ```
+    /// use blkmq_core::{Bio, Op, Segment};
+    /// let table = [Segment::new(0x2000, 4096)];
+    /// // SAFETY: the bio is dropped, never submitted, before `table`.
+    /// let bio = unsafe { Bio::new(Op::Read, 0, 8).segments_raw(&table) };
+    /// assert_eq!(bio.data.nr_segments(), 1);
+    /// ```
+    pub unsafe fn segments_raw(mut self, table: &[Segment]) -> Self {
+        let nr = u32::try_from(table.len()).unwrap_or(u32::MAX);
+        let start = core::ptr::NonNull::from(table).cast::<Segment>();
+        // SAFETY: the caller keeps the table alive and unchanged for the bio's life; `nr` is
+        // at most its length.
+        self.data = unsafe { BioData::table(start, nr) };
+        self
+    }
+
+    /// The bio's segments, front to back, from its position and as long as it is (Linux's
+    /// `bio_for_each_segment`). A bio with no buffer named walks as one buffer laid out like
+    /// its place on the device.
+    ///
+    /// ```
+    /// use blkmq_core::{Bio, Op, Segment};
+    /// static TABLE: [Segment; 2] = [Segment::new(0x1000, 2048), Segment::new(0x1800, 2048)];
+    /// let bio = Bio::new(Op::Read, 0, 8).segments(&TABLE);
+    /// let bytes: u64 = bio.segs().map(|s| u64::from(s.len)).sum();
+    /// assert_eq!(bytes, bio.bytes());
+    /// let unmapped = Bio::new(Op::Read, 2, 1);
+    /// assert_eq!(unmapped.segs().collect::<Vec<_>>(), [Segment::new(1024, 512)]);
+    /// ```
+    pub fn segs(&self) -> BioSegments {
+        if self.op.has_data() {
+            BioSegments::new(self.data, self.bytes(), self.sector * SECTOR_SIZE)
+        } else {
+            BioSegments::new(self.data, 0, 0)
+        }
     }
 
     /// With the submitter's `private` value.

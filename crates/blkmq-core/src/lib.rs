@@ -63,6 +63,7 @@ mod queue;
 mod queue_map;
 mod queue_tags;
 mod request;
+mod segment;
 mod split;
 mod sync;
 mod tags;
@@ -86,7 +87,10 @@ pub use queue::{
 };
 pub use queue_map::{QueueMap, QueueMaps, QueueType};
 pub use queue_tags::{Alloc, AllocFuture, QueueTags};
-pub use request::{NO_TAG, Request, Rq, RqIo, RqState, unique_tag, unique_tag_hwq, unique_tag_tag};
+pub use request::{
+    NO_TAG, Request, Rq, RqIo, RqSegments, RqState, unique_tag, unique_tag_hwq, unique_tag_tag,
+};
+pub use segment::{BioData, BioSegments, DataPos, Segment, SgTooSmall};
 pub use tags::RequestInit;
 pub use tagset::{
     BusyRq, DEFAULT_MAX_QUEUES, DEFAULT_TIMEOUT_NS, MAX_DEPTH, MAX_HW_QUEUES, MAX_SCHED_DEPTH,

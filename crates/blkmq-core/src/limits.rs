@@ -149,7 +149,7 @@ impl QueueLimits {
     /// ```
     pub fn check(&self, bio: &Bio) -> Option<Status> {
         if bio.op == Op::Flush {
-            return (bio.sectors != 0).then_some(Status::Invalid);
+            return (bio.sectors != 0 || bio.data.is_mapped()).then_some(Status::Invalid);
         }
         match bio.op {
             Op::Discard if self.max_discard_sectors == 0 => return Some(Status::NotSupported),
@@ -157,6 +157,18 @@ impl QueueLimits {
                 return Some(Status::NotSupported);
             }
             _ => {}
+        }
+        // Data only where the operation moves data, and a table exactly as long as the bio.
+        if bio.op.has_data() {
+            if bio
+                .data
+                .table_bytes()
+                .is_some_and(|bytes| bytes != bio.bytes())
+            {
+                return Some(Status::Invalid);
+            }
+        } else if bio.data.is_mapped() {
+            return Some(Status::Invalid);
         }
         let block_sectors = u64::from(self.logical_block_size) / SECTOR_SIZE;
         if bio.sectors == 0
@@ -189,6 +201,7 @@ impl QueueLimits {
             .checked_add(sectors)
             .is_some_and(|end| end <= self.capacity);
         matches!(bio.op, Op::Read | Op::Write)
+            && !bio.data.is_mapped()
             && sectors != 0
             && within
             && (sector | sectors) & (block - 1) == 0

@@ -33,7 +33,10 @@ use core::fmt;
 use crate::bio::{Bio, BioFlags, IoPrio, IssuerId, Op, Status};
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
+mod data;
 mod token;
+
+pub use data::RqSegments;
 
 pub use token::Rq;
 
@@ -955,6 +958,17 @@ impl BioPool {
             .expect("a chained bio slot comes from a pool with slots")
             .put(slot as usize, &self.hint)
             .expect("a chained bio slot is allocated");
+    }
+
+    /// The bio in `slot` and the slot after it.
+    ///
+    /// # Safety
+    /// As `link_ref`: `slot` is on a chain of a request whose token the caller holds
+    /// borrowed for the call.
+    pub(crate) unsafe fn bio_at(&self, slot: u32) -> (Bio, u32) {
+        // SAFETY: the caller holds the chain's token borrowed (this function's contract).
+        let link = unsafe { self.link_ref(slot) };
+        (link.bio, link.next)
     }
 
     /// Slots in use.

@@ -96,7 +96,10 @@ impl<R: lock_api::RawMutex> SplitPool<R> {
         let mut tail = rest;
         tail.sector += u64::from(sectors);
         tail.sectors -= sectors;
-        tail.offset = tail.offset.wrapping_add(sectors);
+        tail.data.set_pos(
+            rest.data
+                .advanced(u64::from(sectors) * crate::bio::SECTOR_SIZE),
+        );
         (first, tail)
     }
 

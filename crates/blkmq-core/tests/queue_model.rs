@@ -213,7 +213,7 @@ fn record_pieces<D: Driver>(queue: &RequestQueue<D>, rq: &Rq, status: Status) {
             op: bio.op,
             sector: bio.sector,
             sectors: bio.sectors,
-            offset: bio.offset,
+            offset: bio.data.pos().skip / 512,
         });
     });
 }
@@ -450,7 +450,7 @@ impl<const BATCH: bool> Mock<BATCH> {
                             op: bio.op,
                             sector: bio.sector,
                             sectors: bio.sectors,
-                            offset: bio.offset,
+                            offset: bio.data.pos().skip / 512,
                         });
                     }
                 }

@@ -1981,7 +1981,7 @@ impl<'q, const RQS: bool> Runner<'q, RQS> {
                         back.private == bio.private
                             && back.flags == bio.flags
                             && back.sectors == bio.sectors
-                            && back.offset == bio.offset
+                            && back.data.pos() == bio.data.pos()
                             && back.end_io.is_some(),
                         "{back:?} came back from {bio:?}, changed"
                     );

@@ -64,6 +64,7 @@ use crate::sync::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 mod complete;
 mod config;
+mod data;
 mod deactivate;
 mod dispatch;
 mod host;

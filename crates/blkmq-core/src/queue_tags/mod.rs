@@ -15,7 +15,7 @@ use crossbeam_utils::CachePadded;
 use crate::bio::{Bio, Op, Status};
 use crate::error::{Misused, TagError};
 use crate::platform::Platform;
-use crate::request::{NO_TAG, Request, Rq, RqIo, RqState};
+use crate::request::{NO_TAG, Request, Rq, RqIo, RqSegments, RqState};
 use crate::sync::{AtomicBool, AtomicUsize, Ordering};
 use crate::tags::TagMap;
 use crate::tagset::{BusyRq, TagSet};
@@ -502,6 +502,25 @@ impl<T, P: Platform> QueueTags<T, P> {
     pub fn for_each_bio(&self, rq: &Rq, f: impl FnMut(&Bio)) -> Result<(), TagError> {
         self.io(rq)?.for_each_bio(&self.set.bios, f);
         Ok(())
+    }
+
+    /// The request's data segments, across its bios front to back ([`RqSegments`]).
+    ///
+    /// # Errors
+    /// [`TagError::ForeignRequest`] when `rq` is not this queue's.
+    ///
+    /// ```
+    /// use blkmq_core::{Alloc, Bio, Op, Segment, StdPlatform, TagSet};
+    ///
+    /// let set = TagSet::builder(8).build(StdPlatform::new(), |_| ()).unwrap();
+    /// let queue = set.attach().unwrap();
+    /// let mut rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
+    /// queue.set_bio(&mut rq, Bio::new(Op::Read, 0, 2).buffer(0x4000)).unwrap();
+    /// assert_eq!(queue.segments(&rq).unwrap().next(), Some(Segment::new(0x4000, 1024)));
+    /// queue.free(rq).unwrap();
+    /// ```
+    pub fn segments<'a>(&'a self, rq: &'a Rq) -> Result<RqSegments<'a>, TagError> {
+        Ok(RqSegments::new(self.io(rq)?, &self.set.bios))
     }
 
     // ----- life cycle -----
