@@ -172,6 +172,78 @@ impl<D: Driver> RequestQueue<D> {
         blkmq_sbitmap::block_on(self.submit_async(bio))
     }
 
+    /// [`submit_and_wait`](Self::submit_and_wait) with the bio's data in the segments of
+    /// `table`, which this call borrows: it returns only after the bio has ended (or, should
+    /// the thread unwind while it waits, not before the end either), so the table outlives
+    /// every read the block layer makes of it. What the addresses name is the driver's
+    /// business, as always.
+    ///
+    /// ```
+    /// use blkmq_core::testing::Null;
+    /// use blkmq_core::*;
+    ///
+    /// let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null::new()).unwrap();
+    /// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// let table = [Segment::new(0x1000, 2048), Segment::new(0x8000, 2048)];
+    /// assert_eq!(queue.submit_and_wait_with(Bio::new(Op::Write, 0, 8), &table), Status::Ok);
+    /// // A table that does not cover the bio exactly is refused.
+    /// assert_eq!(queue.submit_and_wait_with(Bio::new(Op::Write, 0, 16), &table), Status::Invalid);
+    /// ```
+    #[cfg(all(feature = "std", not(loom)))]
+    pub fn submit_and_wait_with(&self, bio: Bio, table: &[crate::Segment]) -> Status {
+        // SAFETY: `submit_and_wait` returns only once the bio has ended, and its future's
+        // drop waits for the end on an unwind, so `table` (borrowed for this call) outlives
+        // the bio.
+        let bio = unsafe { bio.segments_raw(table) };
+        self.submit_and_wait(bio)
+    }
+
+    /// Reads `buf.len()` bytes from `sector` into `buf`, waiting for the end: a bio whose
+    /// one buffer is `buf`'s address (for a driver whose segment addresses are pointers in
+    /// this address space, as a user-space driver's are). The length must be a multiple of
+    /// the logical block size ([`Status::Invalid`] otherwise).
+    ///
+    /// ```
+    /// use blkmq_core::testing::Null;
+    /// use blkmq_core::*;
+    ///
+    /// let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null::new()).unwrap();
+    /// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// let mut buf = vec![0u8; 4096];
+    /// assert_eq!(queue.read_at(0, &mut buf), Status::Ok);
+    /// assert_eq!(queue.read_at(0, &mut buf[..100]), Status::Invalid);
+    /// ```
+    #[cfg(all(feature = "std", not(loom)))]
+    pub fn read_at(&self, sector: u64, buf: &mut [u8]) -> Status {
+        self.wait_on_buffer(Op::Read, sector, buf.as_mut_ptr() as u64, buf.len())
+    }
+
+    /// Writes `buf` at `sector`, waiting for the end; as [`read_at`](Self::read_at).
+    ///
+    /// ```
+    /// use blkmq_core::testing::Null;
+    /// use blkmq_core::*;
+    ///
+    /// let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null::new()).unwrap();
+    /// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// assert_eq!(queue.write_at(8, &[7u8; 1024]), Status::Ok);
+    /// ```
+    #[cfg(all(feature = "std", not(loom)))]
+    pub fn write_at(&self, sector: u64, buf: &[u8]) -> Status {
+        self.wait_on_buffer(Op::Write, sector, buf.as_ptr() as u64, buf.len())
+    }
+
+    /// One bio of `len` bytes at `addr`, submitted and waited for.
+    #[cfg(all(feature = "std", not(loom)))]
+    fn wait_on_buffer(&self, op: Op, sector: u64, addr: u64, len: usize) -> Status {
+        let sectors = len as u64 / crate::SECTOR_SIZE;
+        if len as u64 % crate::SECTOR_SIZE != 0 || sectors == 0 || sectors > u64::from(u32::MAX) {
+            return Status::Invalid;
+        }
+        // The buffer is borrowed for this call, which returns only after the bio ended.
+        self.submit_and_wait(Bio::new(op, sector, sectors as u32).buffer(addr))
+    }
+
     /// Submits a bio, for any executor: the future waits (registering its task's waker,
     /// never spinning) while the queue cannot take the bio, then until the bio has ended,
     /// and resolves to its status. `no_std`; no heap allocation per I/O.
