@@ -82,9 +82,14 @@ impl Drop for Log {
 type Queue = RequestQueue<Hold<StdPlatform>>;
 
 fn host_with(limits: QueueLimits) -> (Arc<Host<Hold<StdPlatform>>>, Arc<Queue>) {
+    host_of(16, limits)
+}
+
+/// A host of `depth` tags and one queue of `limits`.
+fn host_of(depth: usize, limits: QueueLimits) -> (Arc<Host<Hold<StdPlatform>>>, Arc<Queue>) {
     let platform = StdPlatform::manual_with_cpus(1);
     platform.pin_current_thread(0);
-    let host = Host::new(TagSet::builder(16), platform, Hold::new()).unwrap();
+    let host = Host::new(TagSet::builder(depth), platform, Hold::new()).unwrap();
     let queue = host.add_queue(QueueConfig::new(limits)).unwrap();
     (host, queue)
 }
@@ -411,6 +416,84 @@ fn split_pieces_end_their_parent_once_with_the_first_error() {
         48,
         "the parent as it was submitted"
     );
+    idle(&host, &queue);
+}
+
+/// With every split slot taken, a bio that an error ends in part cannot keep that error:
+/// the ending stops at its first sector, the bio whole. Once a slot is free, it can.
+#[test]
+fn without_a_free_split_slot_an_error_stops_at_the_bio() {
+    let log = Log::new();
+    let limits = QueueLimits {
+        max_sectors: 8,
+        ..QueueLimits::new(1 << 21)
+    };
+    // Two tags, so four split slots.
+    let (host, queue) = host_of(2, limits);
+    // Each parent gets two pieces in, then runs out of tags: the rest comes back, a live
+    // piece holding its parent's slot.
+    let mut rests = Vec::new();
+    for n in 0..4u32 {
+        let sector = u64::from(n) * 100;
+        let rest = queue.submit(log.bio(n, Op::Write, sector, 24)).unwrap_err();
+        assert!(rest.flags.contains(BioFlags::SPLIT));
+        assert_eq!((rest.sector, rest.sectors), (sector + 16, 8));
+        for rq in host.driver().take() {
+            queue.end_request(rq, Status::Ok).unwrap();
+        }
+        rests.push(rest);
+    }
+    assert!(log.ends().is_empty());
+
+    let bios = [
+        log.bio(10, Op::Write, 1000, 4),
+        log.bio(11, Op::Write, 1004, 4),
+    ];
+    let mut rq = one(&host, &queue, bios);
+    // In part of the first bio, with an error: nothing can end.
+    assert_eq!(
+        queue.update_request(&mut rq, 1024, Status::Medium),
+        Ok(true)
+    );
+    assert_eq!(shape(&queue, &rq), (1000, 8, 2));
+    // The first bio whole, and part of the second: the first ends, the second stays whole.
+    assert_eq!(
+        queue.update_request(&mut rq, 3072, Status::Medium),
+        Ok(true)
+    );
+    assert_eq!(shape(&queue, &rq), (1004, 4, 1));
+    assert_eq!(log.ends(), [(10, Status::Medium)]);
+    // An error-free part needs no slot.
+    assert_eq!(queue.update_request(&mut rq, 512, Status::Ok), Ok(true));
+    assert_eq!(shape(&queue, &rq), (1005, 3, 1));
+
+    // A parent ends, its slot is free: the error is kept now.
+    queue.submit(rests.pop().unwrap()).unwrap();
+    let piece = host.driver().take().pop().unwrap();
+    queue.end_request(piece, Status::Ok).unwrap();
+    assert_eq!(log.ends(), [(10, Status::Medium), (3, Status::Ok)]);
+    assert_eq!(queue.update_request(&mut rq, 512, Status::IoErr), Ok(true));
+    assert_eq!(shape(&queue, &rq), (1006, 2, 1));
+    queue.end_request(rq, Status::Ok).unwrap();
+    assert_eq!(log.ends()[2], (11, Status::IoErr));
+
+    for rest in rests {
+        queue.submit(rest).unwrap();
+        for rq in host.driver().take() {
+            queue.end_request(rq, Status::Ok).unwrap();
+        }
+    }
+    let mut ends = log.ends();
+    ends.sort_by_key(|e| e.0);
+    let all = [
+        (0, Status::Ok),
+        (1, Status::Ok),
+        (2, Status::Ok),
+        (3, Status::Ok),
+        (10, Status::Medium),
+        (11, Status::IoErr),
+    ];
+    assert_eq!(ends, all);
     idle(&host, &queue);
 }
 
