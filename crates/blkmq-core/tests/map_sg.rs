@@ -404,7 +404,8 @@ proptest! {
             let n = entries.len();
             let mut short = vec![Segment::default(); n - 1];
             prop_assert_eq!(queue.map_sg(rq, &mut short), Err(SgTooSmall { needed: n }));
-            prop_assert_eq!(limits.map_segments(queue.segments(rq).unwrap(), &mut short), Err(SgTooSmall { needed: n }));
+            let segs = queue.segments(rq).unwrap();
+            prop_assert_eq!(limits.map_segments(segs, &mut short), Err(SgTooSmall { needed: n }));
             covered.extend(units(entries));
         }
         prop_assert_eq!(covered, expected);
