@@ -179,16 +179,18 @@ impl<R: lock_api::RawMutex> SplitPool<R> {
     /// it ends as it stands now, with that error, when the rest does. Returns false,
     /// changing nothing, when that takes a slot and none is free.
     pub(crate) fn keep_status(&self, bio: &mut Bio, status: Status) -> bool {
+        // Success leaves nothing to keep: the bio's end says it unless an error does.
+        if status.is_ok() {
+            return true;
+        }
         if bio.flags.contains(BioFlags::SPLIT) {
+            // Live while `bio` is: its parent waits for it.
             if let Some(slot) = self.slot_of(bio) {
                 let mut s = slot.lock();
                 if s.status.is_ok() {
                     s.status = status;
                 }
             }
-            return true;
-        }
-        if status.is_ok() {
             return true;
         }
         match self.start(*bio) {
