@@ -789,3 +789,88 @@ proptest! {
         idle(&host, &queue);
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// One bio split into pieces, each piece's request ended in random parts with random
+    /// statuses, in a random order of pieces, then each ended: the parent ends once, when
+    /// its last sector does, with the first error any call ended part of it with.
+    #[test]
+    fn a_split_parent_ends_once_with_the_first_error_of_any_part(
+        sectors in 17u32..80,
+        table in any::<bool>(),
+        steps in prop::collection::vec((0usize..8, 0u64..10_000, status()), 0..16),
+        ends in prop::collection::vec(status(), 8),
+    ) {
+        let log = Log::new();
+        let limits = QueueLimits {
+            max_sectors: 16,
+            ..QueueLimits::new(1 << 21)
+        };
+        let (host, queue) = host_with(limits);
+        let bio = Bio::new(Op::Read, 64, sectors);
+        let bio = if table {
+            // One segment per 3 sectors (and what is left), apart from each other.
+            let segs: Vec<Segment> = (0..sectors.div_ceil(3))
+                .map(|i| {
+                    let len = (sectors - 3 * i).min(3) * 512;
+                    Segment::new(0x100_0000 + u64::from(i) * 0x1_0000, len)
+                })
+                .collect();
+            bio.segments(Box::leak(segs.into_boxed_slice()))
+        } else {
+            bio.buffer(0x200_0000)
+        };
+        let addrs: Vec<u64> = bio
+            .segs()
+            .flat_map(|s| (0..u64::from(s.len) / 512).map(move |i| s.addr + i * 512))
+            .collect();
+        queue.submit(log.tag(0, bio)).unwrap();
+        let mut pieces: Vec<Rq> = host.driver().take();
+        let k = pieces.len();
+        prop_assert_eq!(k, sectors.div_ceil(16) as usize);
+        // Each piece's first sector (from the bio's) and sectors left.
+        let mut at: Vec<u64> = (0..k as u64).map(|i| i * 16).collect();
+        let mut left: Vec<u64> = (0..k as u64)
+            .map(|i| (u64::from(sectors) - i * 16).min(16))
+            .collect();
+        let mut first_error: Option<Status> = None;
+        let mut note = |status: Status, ended: u64| {
+            if ended > 0 && !status.is_ok() && first_error.is_none() {
+                first_error = Some(status);
+            }
+        };
+
+        for (i, bytes, status) in steps {
+            let i = i % k;
+            let rq = &mut pieces[i];
+            let ended = (bytes / 512).min(left[i]);
+            let got = queue.update_request(rq, bytes, status);
+            at[i] += ended;
+            left[i] -= ended;
+            note(status, ended);
+            prop_assert_eq!(got, Ok(left[i] > 0));
+            let io = queue.io(rq).unwrap();
+            prop_assert_eq!(io.sectors(), left[i]);
+            if left[i] > 0 {
+                prop_assert_eq!(io.sector(), 64 + at[i]);
+                let walked = rq_addrs(&queue, rq);
+                let from = at[i] as usize;
+                prop_assert_eq!(walked, addrs[from..from + left[i] as usize].to_vec());
+            }
+            let all_done = left.iter().all(|&l| l == 0);
+            prop_assert!(log.raw().is_empty() || all_done, "the parent waits for every sector");
+        }
+        for (i, (rq, status)) in pieces.into_iter().zip(ends).enumerate() {
+            note(status, left[i]);
+            left[i] = 0;
+            queue.end_request(rq, status).unwrap();
+        }
+        let raw = log.raw();
+        prop_assert_eq!(raw.len(), 1, "the parent ends once");
+        prop_assert_eq!(raw[0].status, first_error.unwrap_or(Status::Ok));
+        prop_assert_eq!(raw[0].end_sector, 64 + u64::from(sectors));
+        idle(&host, &queue);
+    }
+}
