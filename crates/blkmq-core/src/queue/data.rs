@@ -142,7 +142,6 @@ impl<D: Driver> RequestQueue<D> {
     /// assert_eq!(queue.io(&rq).unwrap().nr_bios(), 0);
     /// queue.end_request(rq, Status::Ok).unwrap(); // frees it; nothing more ends
     ///
-    ///
     /// queue.submit(Bio::new(Op::Write, 64, 8)).unwrap();
     /// let mut rq = host.driver().take().pop().unwrap();
     /// let request = queue.request(&rq).unwrap();

@@ -152,7 +152,8 @@ impl RqIo {
                 true
             }
             None => {
-                // INVARIANT: no bio, nothing described but what the request was.
+                // INVARIANT: no bio, so no sector and no segment left; the operation and
+                // flags stay, for the hooks that run when the request is ended.
                 self.sector = at;
                 self.sectors = 0;
                 self.segments = 0;
