@@ -7,8 +7,11 @@
 
 #![cfg(not(loom))]
 
+#[path = "common/counting.rs"]
+mod counting;
+
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use blkmq_core::testing::Hold;
@@ -580,6 +583,41 @@ fn a_request_no_longer_in_flight_is_refused() {
     assert!(log.ends().is_empty());
     queue.end_request(rq, Status::Timeout).unwrap();
     assert_eq!(log.ends(), [(0, Status::Timeout)]);
+    idle(&host, &queue);
+}
+
+// ----- no allocation -----
+
+/// Partial ends, kept errors and the end of the rest allocate nothing.
+#[test]
+fn partial_ends_allocate_nothing() {
+    static ENDED: AtomicU64 = AtomicU64::new(0);
+    fn count(_: Bio, _: Status) {
+        ENDED.fetch_add(1, Ordering::Relaxed);
+    }
+    let (host, queue) = host();
+    let before = ENDED.load(Ordering::Relaxed);
+    for round in 0..100u64 {
+        let at = round * 64;
+        let bios = (0..4).map(|n| {
+            Bio::new(Op::Write, at + n * 8, 8)
+                .buffer(0x10000 * n)
+                .end_io(count)
+        });
+        let mut rq = one(&host, &queue, bios);
+        counting::assert_no_alloc("partial ends", || {
+            // In part with an error (the bio parks as a split parent), whole bios, in part
+            // well, then the rest.
+            assert_eq!(
+                queue.update_request(&mut rq, 2048, Status::Medium),
+                Ok(true)
+            );
+            assert_eq!(queue.update_request(&mut rq, 6144, Status::Ok), Ok(true));
+            assert_eq!(queue.update_request(&mut rq, 1024, Status::Ok), Ok(true));
+            queue.end_request(rq, Status::Ok).unwrap();
+        });
+    }
+    assert_eq!(ENDED.load(Ordering::Relaxed) - before, 400);
     idle(&host, &queue);
 }
 
