@@ -1,6 +1,7 @@
 //! Partial completion ([`RequestQueue::update_request`], Linux's `blk_update_request`): every
 //! byte of a request ends exactly once, with the status it was ended with, across merged
-//! bios, split pieces, requeues and the final [`RequestQueue::end_request`].
+//! bios, split pieces, requeues and the final [`RequestQueue::end_request`]; and none of it
+//! allocates.
 //!
 //! Bio ends go to one table keyed by a per-test [`Log`] id, carried in the upper half of each
 //! bio's `private`, so tests running in parallel never see each other's ends.
