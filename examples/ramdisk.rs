@@ -91,7 +91,10 @@ impl RamDisk {
             Op::Read | Op::Write => {
                 let mut at = 0;
                 for seg in queue.segments(rq).into_iter().flatten() {
-                    let here = &mut range[at..at + seg.len as usize];
+                    // The queue checks that a bio's segments add up to its length.
+                    let Some(here) = range.get_mut(at..at + seg.len as usize) else {
+                        return Status::Invalid;
+                    };
                     copy(op, seg, here);
                     at += seg.len as usize;
                 }

@@ -258,7 +258,8 @@ impl Medium {
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DataCheck {
-    /// Writes whose bytes the run made (a pattern of their own).
+    /// Bios that change data the check followed: writes (each with a pattern of its
+    /// own), discards and write-zeroes.
     pub writes: u64,
     /// Reads compared.
     pub reads_checked: u64,
