@@ -16,7 +16,10 @@
 //! default both 1 and 0, one table each), `--latency-us N` (each member's service time;
 //! default 0, CPU-bound), `--modes a,b` (of `single`, `per-hctx`, `shared`, `naive`),
 //! `--rounds N` (default 9: the modes take turns, `ios / N` reads each per round; the
-//! figures are the medians of the rounds), `--verify`.
+//! figures are the medians of the rounds), `--verify` (each run first writes a pattern
+//! over the volume's first 16 MiB through multi-segment bios; the members keep the
+//! bytes, and every read's bytes are compared with what was written; the figures then
+//! include the copies and the compares).
 //!
 //! The modes: `single` is one hardware queue holding the whole depth (seed 001's before);
 //! `per-hctx` splits the depth evenly over the hardware queues, each with its own tags (so a
@@ -46,7 +49,8 @@
 //! `single`'s. They are about CPU cost, so they are judged where the run is CPU-bound:
 //! completions inline on the submitting thread, or a core for every thread. With
 //! completion threads spinning on fewer cores, IOPS follow how the threads share the cores,
-//! and the ratios are printed as information only.
+//! and the ratios are printed as information only; so they are with `--verify`, whose
+//! reads also copy and compare their bytes.
 
 #[path = "raid_hba/hba.rs"]
 mod hba;
@@ -198,15 +202,28 @@ fn table(cfg: &Config, modes: &[Mode], ios: u64, rounds: u64) -> bool {
             println!("  {:<8} {ios:?}", mode.name());
         }
     }
+    if cfg.verify {
+        let wrong: u64 = rigs.iter().map(Rig::members_wrong).sum();
+        failed |= wrong > 0;
+        println!(
+            "Member data (every mode): {} sectors not where RAID-0 chunking puts them",
+            wrong
+        );
+    }
     println!();
     // The targets are about CPU cost. With completion threads on fewer cores than there are
     // threads, IOPS follow how the spinning threads share the cores instead: the ratios are
     // printed, not judged.
     let threads = cfg.submitters + cfg.completers;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let judged = cfg.completers == 0 || cores > threads;
+    let judged = !cfg.verify && (cfg.completers == 0 || cores > threads);
     if judged {
         println!("Targets:");
+    } else if cfg.verify {
+        println!(
+            "Targets (not judged: verifying, every read also copies and compares its 4 KiB; \
+             run without --verify to measure the block layer's cost):"
+        );
     } else {
         println!(
             "Targets (not judged: {threads} spinning threads on {cores} CPUs measure how they \

@@ -1,6 +1,7 @@
 //! The `raid_hba` example's driver and load, checked for correctness only: every read of
 //! a `--verify` run comes back once, from the member and sector its volume sector stripes
-//! to, with the data that member holds there, in every mode; the hosts end idle with their
+//! to, with the bytes the run wrote there, in every mode; the written bytes sit on the
+//! members where RAID-0 chunking puts them; the hosts end idle with their
 //! budget back; and the volume's budget running out (requests waiting for a completion to
 //! rerun their hardware queue) loses nothing. No timing is asserted: that is for the
 //! example's table and `benches/hba.rs`.
@@ -11,7 +12,8 @@ mod hba;
 
 use std::sync::Mutex;
 
-use hba::driver::{MEMBERS, STRIPE_SECTORS, data_of, stripe};
+use blkmq_core::SECTOR_SIZE;
+use hba::driver::{MEMBERS, STRIPE_SECTORS, VERIFY_SECTORS, data_of, pattern, stripe};
 use hba::stats::Stats;
 use hba::{Config, Mode, Rig};
 
@@ -119,4 +121,35 @@ fn modeled_latency_still_completes_everything() {
         // Nothing completes before its member's service time.
         assert!(st.p50_ns >= 20_000, "{}: p50 {} ns", mode.name(), st.p50_ns);
     }
+}
+
+#[test]
+fn written_data_sits_on_the_members_by_raid0_chunking() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let cfg = Config {
+        verify: true,
+        ..Config::default()
+    };
+    let rig = Rig::new(Mode::Shared, &cfg);
+    let st = rig.run(2_000);
+    assert_eq!(st.errors, 0, "{st:?}");
+    let driver = rig.host.driver();
+    // Every sector written: on the member and at the member sector its strip maps to,
+    // holding the run's pattern for that volume sector.
+    let mut want = vec![0u8; SECTOR_SIZE as usize];
+    let mut got = vec![0u8; SECTOR_SIZE as usize];
+    for sector in 0..VERIFY_SECTORS {
+        let (member, member_sector) = stripe(sector);
+        pattern(sector, 1, &mut want);
+        assert!(driver.member_data(member, member_sector, &mut got));
+        assert!(
+            got == want,
+            "volume sector {sector}: member {member} sector {member_sector}"
+        );
+    }
+    // Nothing past the stores.
+    assert!(!driver.member_data(0, VERIFY_SECTORS / MEMBERS, &mut got));
+    // A run without verify moves no bytes and keeps no stores.
+    let plain = Rig::new(Mode::Shared, &Config::default());
+    assert!(!plain.host.driver().member_data(0, 0, &mut got));
 }

@@ -10,8 +10,11 @@
 //! CPU of its own. The volume, like every SCSI device, accepts at most its queue depth of
 //! commands at a time (its *budget*), whatever the tags the host has free. Here the
 //! firmware is modeled: a command "goes to" the member drive its sector stripes to, that
-//! member "returns" [`data_of`] its sector, and it is due on its reply queue at once or
-//! after the member's service time.
+//! member moves the data, and it is due on its reply queue at once or after the member's
+//! service time. In verify mode the members keep data stores (the first
+//! [`VERIFY_SECTORS`] of the volume) and `queue_rq` copies each request's segments to or
+//! from the member stripes they map to; otherwise commands move no bytes, and cost only
+//! what the block layer costs.
 //!
 //! # What each `Driver` method does
 //!
@@ -27,7 +30,10 @@
 //!   volume's `chunk_sectors` keeps every request inside one strip, so one command goes to
 //!   one member), fills in the command, and posts it on the reply queue of its hardware
 //!   queue. When the firmware's queue is full it answers [`Status::Resource`] and hands the
-//!   request back.
+//!   request back. In verify mode it first moves the data: it walks the request's
+//!   segments ([`RequestQueue::segments`](blkmq_core::RequestQueue::segments)) and maps
+//!   each byte range to its member and member sector by RAID-0 chunking ([`stripe`]),
+//!   copying member to buffer for a read, buffer to member for a write.
 //!
 //! # Where completions come from
 //!
@@ -59,7 +65,9 @@ use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use blkmq_core::{Driver, HctxCx, Rejected, RequestInit, Rq, Status, StdPlatform};
+use blkmq_core::{
+    Driver, HctxCx, Op, Rejected, RequestInit, RequestQueue, Rq, SECTOR_SIZE, Status, StdPlatform,
+};
 
 use super::setup::Config;
 
@@ -92,22 +100,34 @@ pub(crate) fn stripe(sector: u64) -> (u64, u64) {
     )
 }
 
-/// What member `member` returns for its sector `member_sector`.
+/// Sectors of the volume a verify run writes and reads (16 MiB: 2 MiB on each member),
+/// the size of the members' data stores.
+pub(crate) const VERIFY_SECTORS: u64 = 32_768;
+
+/// The seed of what member `member` holds at its sector `member_sector` (see
+/// [`pattern`]): different for every member and sector.
 pub(crate) fn data_of(member: u64, member_sector: u64) -> u64 {
     mix((member << 56) ^ member_sector)
 }
 
-/// What a read of the 4 KiB at volume sector `sector` returns.
-pub(crate) fn data_of_bio(sector: u64) -> u64 {
-    let (member, member_sector) = stripe(sector);
-    data_of(member, member_sector)
+/// Fills `out` (whole sectors) with what a verify run of generation `generation` writes
+/// from volume sector `sector` on: each sector's bytes derived from the seed of the member
+/// and member sector it stripes to, so a byte in the wrong place, on the wrong member or
+/// left from another run does not match.
+pub(crate) fn pattern(sector: u64, generation: u64, out: &mut [u8]) {
+    for (i, chunk) in out.chunks_mut(SECTOR_SIZE as usize).enumerate() {
+        let (member, member_sector) = stripe(sector + i as u64);
+        let seed = data_of(member, member_sector) ^ generation.wrapping_mul(0x9e37_79b9);
+        for (w, bytes) in chunk.chunks_mut(8).enumerate() {
+            let word = mix(seed ^ w as u64).to_le_bytes();
+            bytes.copy_from_slice(&word[..bytes.len()]);
+        }
+    }
 }
 
 /// The driver's data in every request (Linux's `scsi_cmnd` private area).
 #[derive(Debug, Default)]
 pub(crate) struct Cmd {
-    /// What the member "returned": filled in by `queue_rq` when verifying.
-    pub(crate) data: AtomicU64,
     /// The member drive the command went to.
     pub(crate) member: AtomicU64,
 }
@@ -124,10 +144,15 @@ pub(crate) struct Hba {
     replies: Box<[Mutex<VecDeque<Reply>>]>,
     /// Budget units left.
     budget: AtomicUsize,
-    /// Commands each member drive took.
+    /// Read commands each member drive took.
     member_ios: [AtomicU64; MEMBERS as usize],
     /// Commands turned down for want of room.
     rejects: AtomicU64,
+    /// In verify mode, each member's data: its first `VERIFY_SECTORS / MEMBERS` sectors.
+    members: Box<[Mutex<Vec<u8>>]>,
+    /// Requests whose data did not map to the members' stores (outside them, or naming
+    /// no buffer).
+    data_errors: AtomicU64,
     latency_ns: u64,
     verify: bool,
 }
@@ -143,9 +168,80 @@ impl Hba {
             budget: AtomicUsize::new(cfg.budget),
             member_ios: Default::default(),
             rejects: AtomicU64::new(0),
+            members: (0..if cfg.verify { MEMBERS } else { 0 })
+                .map(|_| Mutex::new(vec![0; (VERIFY_SECTORS / MEMBERS * SECTOR_SIZE) as usize]))
+                .collect(),
+            data_errors: AtomicU64::new(0),
             latency_ns: cfg.latency_ns,
             verify: cfg.verify,
         }
+    }
+
+    /// Copies what member `member` holds from its sector `member_sector` into `out`;
+    /// `false` outside its store (or without one: not verifying).
+    pub(crate) fn member_data(&self, member: u64, member_sector: u64, out: &mut [u8]) -> bool {
+        let Some(store) = self.members.get(member as usize) else {
+            return false;
+        };
+        let start = (member_sector * SECTOR_SIZE) as usize;
+        match lock(store).get(start..start + out.len()) {
+            Some(bytes) => {
+                out.copy_from_slice(bytes);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Requests whose data did not map to the members' stores, so far.
+    pub(crate) fn data_errors(&self) -> u64 {
+        self.data_errors.load(Ordering::Relaxed)
+    }
+
+    /// Moves a request's data between its segments and the member stripes they map to;
+    /// `false`, having moved what maps, when some does not.
+    fn move_data(&self, queue: &RequestQueue<Self>, rq: &Rq) -> bool {
+        let Some(io) = queue.io(rq) else {
+            return false;
+        };
+        let (read, mut at) = (io.op() == Op::Read, io.sector() * SECTOR_SIZE);
+        let mut mapped = true;
+        queue.for_each_bio(rq, |bio| mapped &= bio.data.is_mapped());
+        if !mapped || !io.op().has_data() {
+            return !io.op().has_data();
+        }
+        for seg in queue.segments(rq).into_iter().flatten() {
+            let (mut addr, mut left) = (seg.addr, u64::from(seg.len));
+            while left > 0 {
+                // The piece of the segment inside one strip, on one member.
+                let (member, member_sector) = stripe(at / SECTOR_SIZE);
+                let in_strip = STRIPE_SECTORS * SECTOR_SIZE - at % (STRIPE_SECTORS * SECTOR_SIZE);
+                let n = left.min(in_strip);
+                let start = (member_sector * SECTOR_SIZE + at % SECTOR_SIZE) as usize;
+                let mut store = lock(&self.members[member as usize]);
+                let Some(bytes) = store.get_mut(start..start + n as usize) else {
+                    return false;
+                };
+                let mem = addr as usize as *mut u8;
+                // SAFETY: in verify mode the load names, in each bio, a buffer of its own
+                // that is valid for the bio's length and untouched by anything else until
+                // the bio ends (after this request's completion); `bytes` is the member's
+                // own memory, borrowed here, so the two never overlap.
+                unsafe {
+                    if read {
+                        std::ptr::copy_nonoverlapping(bytes.as_ptr(), mem, bytes.len());
+                    } else {
+                        std::ptr::copy_nonoverlapping(
+                            mem.cast_const(),
+                            bytes.as_mut_ptr(),
+                            bytes.len(),
+                        );
+                    }
+                }
+                (addr, left, at) = (addr + n, left - n, at + n);
+            }
+        }
+        true
     }
 
     /// Budget units left (all of them once the volume is idle).
@@ -153,7 +249,7 @@ impl Hba {
         self.budget.load(Ordering::Acquire)
     }
 
-    /// Commands each member drive took.
+    /// Read commands each member drive took.
     pub(crate) fn member_ios(&self) -> [u64; MEMBERS as usize] {
         core::array::from_fn(|m| self.member_ios[m].load(Ordering::Relaxed))
     }
@@ -195,7 +291,7 @@ impl Driver for Hba {
     }
 
     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _last: bool) -> Result<(), Rejected> {
-        let Some(sector) = cx.io(&rq).map(|io| io.sector()) else {
+        let Some((sector, op)) = cx.io(&rq).map(|io| (io.sector(), io.op())) else {
             return Err(Rejected {
                 rq,
                 status: Status::IoErr,
@@ -204,14 +300,14 @@ impl Driver for Hba {
         // `chunk_sectors` keeps a request inside one strip: one member per command.
         let (member, _) = stripe(sector);
         if let Some(cmd) = cx.request(&rq).map(|r| r.payload()) {
-            if self.verify {
-                let mut data = 0u64;
-                cx.for_each_bio(&rq, |bio| data = data.wrapping_add(data_of_bio(bio.sector)));
-                cmd.data.store(data, Ordering::Relaxed);
-            }
             cmd.member.store(member, Ordering::Relaxed);
         }
-        self.member_ios[member as usize].fetch_add(1, Ordering::Relaxed);
+        if self.verify && !self.move_data(cx.queue(), &rq) {
+            self.data_errors.fetch_add(1, Ordering::Relaxed);
+        }
+        if op == Op::Read {
+            self.member_ios[member as usize].fetch_add(1, Ordering::Relaxed);
+        }
         let due_ns = if self.latency_ns == 0 {
             0
         } else {

@@ -7,27 +7,38 @@
 //! threads, each submitter reaps the reply queue of its own hardware queue while it waits,
 //! as an interrupt on the submitting CPU would. Every completion is checked against what
 //! was submitted (with `verify`, the data and the member too) and timed.
+//!
+//! With `verify`, each run first writes the volume's first [`VERIFY_SECTORS`] with a
+//! pattern of its own ([`pattern`]), through 256 KiB bios whose data is a table of
+//! scattered 16 KiB buffers (each bio split at the strips, each piece to its member); its
+//! reads then fall in that range, each into a 4 KiB buffer of its submitter's, and the
+//! completion compares the bytes with the pattern. Without `verify`, bios name no buffer
+//! and the members move no bytes: the per-read cost measured is the block layer's.
 
-use std::sync::Arc;
+use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use blkmq_core::{
-    Bio, BioFlags, Host, Op, QueueConfig, QueueLimits, RequestQueue, Rq, Status, StdPlatform,
-    TagSet, TagSetFlags,
+    Bio, BioFlags, Host, Op, QueueConfig, QueueLimits, RequestQueue, Rq, SECTOR_SIZE, Segment,
+    Status, StdPlatform, TagSet, TagSetFlags,
 };
 
-use super::driver::{CAPACITY, Hba, IO_SECTORS, STRIPE_SECTORS, data_of_bio, mix, stripe};
+use super::driver::{
+    CAPACITY, Hba, IO_SECTORS, STRIPE_SECTORS, VERIFY_SECTORS, mix, pattern, stripe,
+};
 use super::setup::{Config, Mode};
 use super::stats::Stats;
 
 /// CPU slots of the platform: the hardware queues are spread over them.
 pub(crate) const CPUS: usize = 128;
 
-/// The volume sector of read `seq` of submitter `sid`: 4 KiB aligned, anywhere.
-pub(crate) fn sector_of(seed: u64, sid: u64, seq: u64) -> u64 {
-    let slots = CAPACITY / IO_SECTORS as u64;
+/// The volume sector of read `seq` of submitter `sid`: 4 KiB aligned, anywhere in the
+/// first `span` sectors.
+pub(crate) fn sector_of(seed: u64, sid: u64, seq: u64, span: u64) -> u64 {
+    let slots = span / IO_SECTORS as u64;
     (mix(seed ^ mix((sid << 48) | seq)) % slots) * IO_SECTORS as u64
 }
 
@@ -44,6 +55,84 @@ pub(crate) struct Rig {
     pub(crate) host: Arc<Host<Hba>>,
     /// The RAID-0 volume.
     pub(crate) queue: Arc<RequestQueue<Hba>>,
+    /// Verify runs so far: each writes a pattern of its own.
+    generation: AtomicU64,
+    /// In verify mode, what the volume's first `VERIFY_SECTORS` hold (the last run's
+    /// pattern).
+    expected: RwLock<Vec<u8>>,
+}
+
+/// Bytes of one read.
+const IO_BYTES: usize = IO_SECTORS as usize * SECTOR_SIZE as usize;
+
+/// A submitter's read buffers in verify mode: one 4 KiB slot per read in flight, owned by
+/// that read from its submission until its completion has checked the bytes.
+struct Buffers {
+    bytes: Box<[UnsafeCell<u8>]>,
+    /// A bit per slot: set while a read owns it.
+    busy: Box<[AtomicU64]>,
+}
+
+// SAFETY: a slot's bytes are written (by the driver, in `queue_rq`) and read (by the
+// completion) only by whoever holds the read that owns the slot, one at a time, the
+// handover ordered by the reply queue's lock and the `busy` bit's release and acquire.
+unsafe impl Sync for Buffers {}
+
+impl Buffers {
+    fn new(slots: usize) -> Self {
+        Self {
+            bytes: (0..slots * IO_BYTES).map(|_| UnsafeCell::new(0)).collect(),
+            busy: (0..slots.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    fn slots(&self) -> usize {
+        self.bytes.len() / IO_BYTES
+    }
+
+    /// A free slot, now owned; `None` when every slot is owned.
+    fn take(&self) -> Option<usize> {
+        for (w, word) in self.busy.iter().enumerate() {
+            let bits = word.load(Ordering::Acquire);
+            let free = !bits;
+            if free != 0 {
+                let slot = w * 64 + free.trailing_zeros() as usize;
+                if slot < self.slots() {
+                    word.fetch_or(1 << (slot % 64), Ordering::AcqRel);
+                    return Some(slot);
+                }
+            }
+        }
+        None
+    }
+
+    /// Gives slot `slot` back.
+    fn give(&self, slot: usize) {
+        self.busy[slot / 64].fetch_and(!(1 << (slot % 64)), Ordering::Release);
+    }
+
+    /// The address of slot `slot`'s first byte.
+    fn addr(&self, slot: usize) -> u64 {
+        // `UnsafeCell<u8>` is a `u8`; a pointer from the whole slice may reach any slot.
+        UnsafeCell::raw_get(self.bytes.as_ptr()) as u64 + (slot * IO_BYTES) as u64
+    }
+
+    /// The slot whose first byte is at `addr`.
+    fn slot_of(&self, addr: u64) -> Option<usize> {
+        let off = addr.checked_sub(self.addr(0))? as usize;
+        (off % IO_BYTES == 0 && off / IO_BYTES < self.slots()).then_some(off / IO_BYTES)
+    }
+
+    /// Whether slot `slot` holds `want`. Only for the holder of the read that owns the slot,
+    /// once the driver has moved its data.
+    fn holds(&self, slot: usize, want: &[u8]) -> bool {
+        let start = self.addr(slot) as usize as *const u8;
+        // SAFETY: the caller owns the slot (its read's completion), whose 4 KiB lie inside
+        // `bytes`; the driver's copy into it happened before the request reached the
+        // reply queue the caller took it from, and nothing else writes it now.
+        let got = unsafe { std::slice::from_raw_parts(start, IO_BYTES) };
+        got == want
+    }
 }
 
 /// One submitter's shared counters.
@@ -51,6 +140,8 @@ struct Sub {
     completed: AtomicU64,
     /// In verify mode, a bit per read: set when it completes.
     seen: Box<[AtomicU64]>,
+    /// In verify mode, its read buffers.
+    bufs: Buffers,
 }
 
 /// What one submitter did.
@@ -108,6 +199,95 @@ impl Rig {
             cfg: cfg.clone(),
             host,
             queue,
+            generation: AtomicU64::new(0),
+            expected: RwLock::new(Vec::new()),
+        }
+    }
+
+    /// The sectors reads fall in: the whole volume, or in verify mode what was written.
+    fn span(&self) -> u64 {
+        if self.cfg.verify {
+            VERIFY_SECTORS
+        } else {
+            CAPACITY
+        }
+    }
+
+    /// Writes the volume's first `VERIFY_SECTORS` with the next generation's pattern,
+    /// 256 KiB at a time, each bio's data a table of 16 KiB pieces laid back to front in
+    /// one buffer (so none is contiguous with the next); completions are taken here.
+    fn fill(&self) {
+        let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
+        let mut expected = vec![0u8; (VERIFY_SECTORS * SECTOR_SIZE) as usize];
+        pattern(0, generation, &mut expected);
+        const BIO: usize = 256 << 10;
+        const PIECE: usize = 16 << 10;
+        let mut buf = vec![0u8; BIO];
+        for start in (0..expected.len()).step_by(BIO) {
+            // Piece `i` of the bio (disk order) sits at `BIO - (i + 1) * PIECE`.
+            for i in 0..BIO / PIECE {
+                let at = BIO - (i + 1) * PIECE;
+                let from = start + i * PIECE;
+                buf[at..at + PIECE].copy_from_slice(&expected[from..from + PIECE]);
+            }
+            // `Vec::as_mut_ptr` makes no reference: the addresses stay valid until `buf`
+            // is next borrowed, after the bio ended.
+            let base = buf.as_mut_ptr() as u64;
+            let table: Vec<Segment> = (0..BIO / PIECE)
+                .map(|i| Segment::new(base + (BIO - (i + 1) * PIECE) as u64, PIECE as u32))
+                .collect();
+            let sector = start as u64 / SECTOR_SIZE;
+            let bio = Bio::new(Op::Write, sector, (BIO as u64 / SECTOR_SIZE) as u32);
+            // SAFETY: the table (and the buffer it names) stays as it is until `drain`
+            // below has seen the queue empty, i.e. until the bio has ended.
+            let mut next = Some(unsafe { bio.segments_raw(&table) });
+            while let Some(bio) = next.take() {
+                if let Err(back) = self.queue.submit(bio) {
+                    next = Some(back);
+                }
+                self.drain();
+            }
+        }
+        *self.expected.write().unwrap_or_else(|e| e.into_inner()) = expected;
+    }
+
+    /// In verify mode, the sectors of the written range that are not on the member, at
+    /// the member sector, RAID-0 chunking puts them, holding the last run's pattern.
+    pub(crate) fn members_wrong(&self) -> u64 {
+        let generation = self.generation.load(Ordering::Relaxed);
+        let (mut want, mut got) = ([0u8; SECTOR_SIZE as usize], [0u8; SECTOR_SIZE as usize]);
+        let driver = self.host.driver();
+        (0..VERIFY_SECTORS)
+            .filter(|&sector| {
+                let (member, member_sector) = stripe(sector);
+                pattern(sector, generation, &mut want);
+                !driver.member_data(member, member_sector, &mut got) || got != want
+            })
+            .count() as u64
+    }
+
+    /// Ends what the members complete until nothing is left in the queue.
+    fn drain(&self) {
+        use blkmq_core::Platform;
+        let driver = self.host.driver();
+        let mut batch = Vec::new();
+        while self.queue.usage() > 0 || driver.pending() > 0 {
+            let now_ns = if self.cfg.latency_ns == 0 {
+                0
+            } else {
+                self.queue.platform().now_ns()
+            };
+            for r in 0..driver.reply_queues() {
+                driver.take_due(r, now_ns, &mut batch);
+            }
+            if batch.is_empty() {
+                thread::yield_now();
+                continue;
+            }
+            let ended = self
+                .queue
+                .end_requests(batch.drain(..).map(|rq| (rq, Status::Ok)));
+            ended.expect("the volume's own requests");
         }
     }
 
@@ -125,6 +305,10 @@ impl Rig {
     /// Runs `ios` reads (split over the submitters) to completion.
     pub(crate) fn run(&self, ios: u64) -> Stats {
         let cfg = &self.cfg;
+        let data_errors = self.host.driver().data_errors();
+        if cfg.verify {
+            self.fill();
+        }
         let nsub = cfg.submitters.max(1);
         let ncomp = cfg.completers;
         let quota = |sid: usize| ios / nsub as u64 + u64::from((sid as u64) < ios % nsub as u64);
@@ -138,6 +322,7 @@ impl Rig {
                 } else {
                     Box::new([])
                 },
+                bufs: Buffers::new(if cfg.verify { cfg.iodepth } else { 0 }),
             })
             .collect();
         let completed = AtomicU64::new(0);
@@ -210,6 +395,7 @@ impl Rig {
                 }
             }
             st.errors += st.lost;
+            st.errors += self.host.driver().data_errors() - data_errors;
             if st.ios != ios || st.submitted != ios {
                 st.errors += 1;
             }
@@ -284,19 +470,35 @@ impl Rig {
                 wait(seen, &mut out);
                 continue;
             }
+            let slot = if self.cfg.verify {
+                // A read in flight holds each slot; fewer than `iodepth` are.
+                let Some(slot) = sub.bufs.take() else {
+                    wait(seen, &mut out);
+                    continue;
+                };
+                Some(slot)
+            } else {
+                None
+            };
             let t0 = Instant::now();
-            let bio = Bio::new(
+            let mut bio = Bio::new(
                 Op::Read,
-                sector_of(self.cfg.seed, sid as u64, seq),
+                sector_of(self.cfg.seed, sid as u64, seq, self.span()),
                 IO_SECTORS,
             )
             .private(((sid as u64) << SEQ_BITS) | seq)
             .payload(t0.duration_since(epoch).as_nanos() as u64);
+            if let Some(slot) = slot {
+                bio = bio.buffer(sub.bufs.addr(slot));
+            }
             let took = self.queue.submit(bio).is_ok();
             out.busy += t0.elapsed();
             if took {
                 out.submitted += 1;
             } else {
+                if let Some(slot) = slot {
+                    sub.bufs.give(slot);
+                }
                 // No tag free on this hardware queue: wait for one of ours to complete, as
                 // a submitter sleeping on the tag wait queue would, then try again.
                 out.retries += 1;
@@ -409,7 +611,7 @@ impl Rig {
     /// Checks one completing request and counts it against its submitter.
     fn account(&self, rq: &Rq, subs: &[Sub], at_ns: u64, done: &mut Done) {
         let verify = self.cfg.verify;
-        let mut data = 0u64;
+        let expected = verify.then(|| self.expected.read().unwrap_or_else(|e| e.into_inner()));
         self.queue.for_each_bio(rq, |bio| {
             let sid = (bio.private >> SEQ_BITS) as usize;
             let seq = bio.private & ((1 << SEQ_BITS) - 1);
@@ -419,10 +621,21 @@ impl Rig {
                 done.errors += 1;
                 return;
             };
-            if verify {
-                data = data.wrapping_add(data_of_bio(bio.sector));
-                if bio.sector != sector_of(self.cfg.seed, sid as u64, seq) {
+            if let Some(expected) = &expected {
+                if bio.sector != sector_of(self.cfg.seed, sid as u64, seq, self.span()) {
                     done.errors += 1;
+                }
+                // The bytes the member returned, against what the run wrote there.
+                let at = (bio.sector * SECTOR_SIZE) as usize;
+                let want = expected.get(at..at + IO_BYTES);
+                match bio.segs().next().and_then(|seg| sub.bufs.slot_of(seg.addr)) {
+                    Some(slot) => {
+                        if want.is_none_or(|want| !sub.bufs.holds(slot, want)) {
+                            done.errors += 1;
+                        }
+                        sub.bufs.give(slot);
+                    }
+                    None => done.errors += 1,
                 }
                 let bit = 1u64 << (seq % 64);
                 match sub.seen.get((seq / 64) as usize) {
@@ -442,9 +655,7 @@ impl Rig {
                 return;
             };
             let sector = self.queue.io(rq).map_or(u64::MAX, |io| io.sector());
-            if cmd.data.load(Ordering::Relaxed) != data
-                || cmd.member.load(Ordering::Relaxed) != stripe(sector).0
-            {
+            if cmd.member.load(Ordering::Relaxed) != stripe(sector).0 {
                 done.errors += 1;
             }
         }

@@ -10,6 +10,7 @@ use blkmq_core::{
     Status, TagSet, TagSetBuilder,
 };
 
+use crate::data::Medium;
 use crate::device::{CmdId, Command, DeviceModel};
 use crate::platform::SimPlatform;
 
@@ -298,6 +299,9 @@ struct ModelState<M> {
     rejected: u64,
     done: Vec<CmdId>,
     ended: Vec<Rq>,
+    /// The device's data, when it keeps it ([`ModelDriver::keep_data`]).
+    data: Option<Medium>,
+    scratch: Vec<u8>,
 }
 
 /// A driver for any [`DeviceModel`]: one command per request, the device's own queue depth,
@@ -346,7 +350,57 @@ impl<M: DeviceModel> ModelDriver<M> {
                 rejected: 0,
                 done: Vec::new(),
                 ended: Vec::new(),
+                data: None,
+                scratch: Vec::new(),
             }),
+        }
+    }
+
+    /// The same driver keeping the device's data: a write's bytes are stored when the
+    /// device takes the command, a read is filled from what is stored then (zeroes where
+    /// nothing was written), discard and write-zeroes zero their range. The bytes are those
+    /// the bios' segments name in the platform's [`SimMemory`](crate::SimMemory); a bio
+    /// that names none moves nothing. Timing is the model's, as without.
+    ///
+    /// ```
+    /// use blkmq_sim::{Dd, Ideal, IdealParams, ModelDriver, Sim, SimPlatform};
+    /// let platform = SimPlatform::new(1);
+    /// let driver = ModelDriver::new(platform.clone(), Ideal::new(IdealParams::default()).unwrap())
+    ///     .keep_data();
+    /// let (tags, config) = (driver.tag_set(), driver.queue_config());
+    /// let mut sim = Sim::new(platform, tags, driver).unwrap();
+    /// let queue = sim.add_queue(config).unwrap();
+    /// sim.check_data(); // the bios name buffers, writes carry a pattern
+    /// sim.add_workload(queue, Dd::write(0, 4096));
+    /// sim.run().unwrap();
+    /// let mut stored = [0u8; 512];
+    /// assert!(sim.host().driver().read_data(0, &mut stored));
+    /// assert!(stored.iter().any(|&b| b != 0));
+    /// ```
+    pub fn keep_data(self) -> Self {
+        self.lock().data = Some(Medium::default());
+        self
+    }
+
+    /// Copies the stored bytes from sector `sector` into `out`; `false` when the driver
+    /// keeps no data ([`keep_data`](Self::keep_data)).
+    ///
+    /// ```
+    /// use blkmq_sim::{Ideal, IdealParams, ModelDriver, SimPlatform};
+    /// let model = Ideal::new(IdealParams::default()).unwrap();
+    /// let mut out = [1u8; 512];
+    /// assert!(!ModelDriver::new(SimPlatform::new(1), model).read_data(0, &mut out));
+    /// let model = Ideal::new(IdealParams::default()).unwrap();
+    /// let driver = ModelDriver::new(SimPlatform::new(1), model).keep_data();
+    /// assert!(driver.read_data(0, &mut out) && out == [0; 512]); // never written
+    /// ```
+    pub fn read_data(&self, sector: u64, out: &mut [u8]) -> bool {
+        match &self.lock().data {
+            Some(medium) => {
+                medium.read(sector * blkmq_core::SECTOR_SIZE, out);
+                true
+            }
+            None => false,
         }
     }
 
@@ -464,6 +518,11 @@ impl<M: DeviceModel> Driver for ModelDriver<M> {
         };
         match st.model.submit(now, slot as CmdId, cmd) {
             Ok(()) => {
+                let state = &mut *st;
+                if let Some(medium) = state.data.as_mut() {
+                    let (memory, scratch) = (self.platform.memory(), &mut state.scratch);
+                    cx.for_each_bio(&rq, |bio| medium.serve(memory, bio, scratch));
+                }
                 st.held[slot] = Some(rq);
                 self.arm(&mut st);
                 Ok(())

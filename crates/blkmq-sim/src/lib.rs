@@ -25,6 +25,12 @@
 //!   [`DdResult`] and [`real_line`] in busybox's formats, [`IozoneGrid`] in iozone's (and
 //!   as SVG), [`side_by_side`] for comparing schedulers.
 //!
+//! * Data (opt-in): a [`ModelDriver`] that [keeps data](ModelDriver::keep_data) stores
+//!   what writes carry and fills reads, and a run that [checks data](Sim::check_data)
+//!   gives its bios buffers in the platform's [`SimMemory`] and compares every byte read
+//!   with the last written ([`DataCheck`]). Off by default; a run with it on merges,
+//!   splits and times exactly as one without.
+//!
 //! Runs repeat exactly: the only randomness is [`SimRng`], seeded; nothing reads a wall
 //! clock or depends on hash order.
 //!
@@ -49,6 +55,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![forbid(unsafe_code)]
 
+mod data;
 mod device;
 mod driver;
 mod platform;
@@ -58,6 +65,7 @@ mod seed;
 mod sim;
 mod workload;
 
+pub use data::{DataCheck, SimMemory};
 pub use device::{
     CardParams, CmdId, Command, DeviceModel, DeviceStats, Disk, DiskParams, Ideal, IdealParams,
     LegacyMmc, MmcCard, ParamError, QUEUE_THREAD_WAKE_NS, Raid0, Raid0Params, Ssd, SsdParams,

@@ -9,6 +9,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use blkmq_core::Platform;
 
+use crate::data::SimMemory;
+
 /// A [`Platform`] on virtual time, for [`Sim`](crate::Sim).
 ///
 /// * Clock: nanoseconds of virtual time, starting at 0. Only the event loop moves it,
@@ -26,6 +28,8 @@ use blkmq_core::Platform;
 /// * Service: [`Platform::service_after`] is recorded; the loop calls
 ///   [`Host::service`](blkmq_core::Host::service) at that virtual time, and again at the
 ///   times it returns while I/O is outstanding (tag idling between LUNs).
+///
+/// * Memory: the buffers a checked run's bios name ([`SimPlatform::memory`]).
 ///
 /// Clones share everything. The platform is `Sync` because the trait asks for it; the
 /// simulation itself is single-threaded.
@@ -57,6 +61,8 @@ struct Inner {
     /// The earliest virtual time a call of the host's service was asked for
     /// (`u64::MAX`: none).
     service_at: AtomicU64,
+    /// The host memory that the bios of a checked run name.
+    memory: SimMemory,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -81,6 +87,7 @@ impl SimPlatform {
                 kicks: Mutex::new(BTreeSet::new()),
                 irqs: Mutex::new(Vec::new()),
                 service_at: AtomicU64::new(u64::MAX),
+                memory: SimMemory::new(),
             }),
         }
     }
@@ -145,6 +152,20 @@ impl SimPlatform {
         std::mem::take(&mut *lock(&self.inner.kicks))
             .into_iter()
             .collect()
+    }
+
+    /// The host memory: where the segment addresses of a checked run's bios point
+    /// (see [`SimMemory`]); empty unless [`Sim::check_data`](crate::Sim::check_data) is on.
+    ///
+    /// ```
+    /// use blkmq_sim::SimPlatform;
+    /// let platform = SimPlatform::new(1);
+    /// let at = platform.memory().alloc(1, 512);
+    /// assert_eq!(platform.clone().memory().bytes(), 512); // clones share it
+    /// # let _ = at;
+    /// ```
+    pub fn memory(&self) -> &SimMemory {
+        &self.inner.memory
     }
 
     /// Moves the clock to `ns` (never back).

@@ -27,6 +27,7 @@ use blkmq_core::{
     SECTOR_SIZE, Status, TagSetBuilder,
 };
 
+use crate::data::{Checker, DataCheck, Tracked};
 use crate::device::DeviceModel;
 use crate::driver::{IrqCx, ModelDriver, SimDriver};
 use crate::platform::SimPlatform;
@@ -260,6 +261,8 @@ struct BioRec {
     submitted: u64,
     generation: u16,
     live: bool,
+    /// Its data, in a checked run.
+    tracked: Tracked,
 }
 
 /// A bio that could not go in yet.
@@ -353,6 +356,8 @@ pub struct Sim<D: SimDriver> {
     actions: Vec<Action>,
     ended: Vec<(u64, Status)>,
     irqs: Vec<(u64, u64)>,
+    /// The data check, when on.
+    checker: Option<Checker>,
 }
 
 impl<D: SimDriver> Sim<D> {
@@ -398,7 +403,46 @@ impl<D: SimDriver> Sim<D> {
             actions: Vec::new(),
             ended: Vec::new(),
             irqs: Vec::new(),
+            checker: None,
         })
+    }
+
+    /// Checks data from now on: each read or write bio submitted names a buffer of its
+    /// own in the platform's [`SimMemory`](crate::SimMemory) (see there for what its
+    /// addresses are), each write's buffer holds a pattern no other write has, and each
+    /// read's bytes are compared at its end with what was last written on its sectors
+    /// ([`data_check`](Self::data_check)). The driver must move the bytes: a
+    /// [`ModelDriver`] does when it [keeps data](ModelDriver::keep_data).
+    ///
+    /// Off by default. Merges, splits and timing are the same with it on: bios with
+    /// buffers are never contiguous with each other, as bios with none are not.
+    ///
+    /// ```
+    /// use blkmq_sim::{Dd, Ideal, IdealParams, Sim};
+    /// // A driver that keeps no data: every read comes back as it went, zeroes.
+    /// let (mut sim, queue) = Sim::for_model(Ideal::new(IdealParams::default()).unwrap(), 1, None).unwrap();
+    /// sim.check_data();
+    /// sim.add_workload(queue, Dd::write(0, 4096));
+    /// sim.run().unwrap();
+    /// sim.add_workload(queue, Dd::read(0, 4096));
+    /// sim.run().unwrap();
+    /// assert_eq!(sim.data_check().unwrap().bytes_checked, 4096);
+    /// assert!(!sim.data_check().unwrap().is_clean()); // not what was written
+    /// ```
+    pub fn check_data(&mut self) {
+        self.checker.get_or_insert_with(Checker::default);
+    }
+
+    /// What the data check found so far; `None` unless [`check_data`](Self::check_data)
+    /// is on.
+    ///
+    /// ```
+    /// use blkmq_sim::{Ideal, IdealParams, Sim};
+    /// let (sim, _) = Sim::for_model(Ideal::new(IdealParams::default()).unwrap(), 1, None).unwrap();
+    /// assert!(sim.data_check().is_none());
+    /// ```
+    pub fn data_check(&self) -> Option<DataCheck> {
+        self.checker.as_ref().map(|c| c.result)
     }
 
     /// Sets how the simulation runs.
@@ -881,6 +925,7 @@ impl<D: SimDriver> Sim<D> {
                     submitted: 0,
                     generation: 0,
                     live: false,
+                    tracked: Tracked::default(),
                 });
                 (self.bios.len() - 1) as u32
             }
@@ -897,18 +942,27 @@ impl<D: SimDriver> Sim<D> {
             submitted: self.now,
             generation,
             live: true,
+            tracked: Tracked::default(),
         };
         let key = (self.id << 48) | (u64::from(generation) << 32) | u64::from(index);
         let slot = &mut self.slots[w];
         slot.outstanding += 1;
         slot.acct.issued_bytes += io.bytes();
         self.stats.bios_submitted += 1;
-        Bio::new(io.op, io.sector, io.sectors)
+        let bio = Bio::new(io.op, io.sector, io.sectors)
             .flags(io.flags)
             .prio(io.prio)
             .issuer(io.issuer)
             .private(key)
-            .end_io(sim_end_io)
+            .end_io(sim_end_io);
+        match self.checker.as_mut() {
+            Some(checker) => {
+                let (bio, tracked) = checker.submit(self.platform.memory(), index + 1, bio);
+                self.bios[index as usize].tracked = tracked;
+                bio
+            }
+            None => bio,
+        }
     }
 
     /// Submits `ios` for workload `w`, under a plug when `plugged`; what cannot go in
@@ -982,6 +1036,17 @@ impl<D: SimDriver> Sim<D> {
         let rec = *rec;
         self.free_bios.push(index as u32);
         self.stats.end_io_calls += 1;
+        if let Some(checker) = self.checker.as_mut() {
+            let memory = self.platform.memory();
+            checker.end(
+                memory,
+                rec.op,
+                rec.sector,
+                rec.bytes,
+                status.is_ok(),
+                rec.tracked,
+            );
+        }
         let now = self.now;
         let latency = now - rec.submitted;
         let w = rec.workload;
