@@ -176,17 +176,6 @@ pub(crate) fn table(buf: &mut Vec<u8>, pieces: &[(usize, usize)]) -> Vec<Segment
         .collect()
 }
 
-/// Submits `bio` with its data in `table`, and waits for its end.
-pub(crate) fn submit_table<D: Driver>(
-    queue: &RequestQueue<D>,
-    bio: Bio,
-    table: &[Segment],
-) -> Status {
-    // SAFETY: `submit_and_wait` returns only once the bio has ended, and `table` is
-    // borrowed, so unchanged and in place, for that whole time.
-    queue.submit_and_wait(unsafe { bio.segments_raw(table) })
-}
-
 /// A bio of `op` over the `len` bytes at byte `at`.
 fn bio(op: Op, at: usize, len: usize) -> Bio {
     Bio::new(
@@ -241,7 +230,7 @@ pub(crate) fn run() -> Report {
             at += len;
         }
         let table = table(&mut buf, &pieces);
-        let status = submit_table(&queue, bio(Op::Write, start, buf.len()), &table);
+        let status = queue.submit_and_wait_with(bio(Op::Write, start, buf.len()), &table);
         assert_eq!(status, Status::Ok);
         report.bios += 1;
         report.segments += table.len() as u64;
@@ -265,7 +254,7 @@ pub(crate) fn run() -> Report {
             let len = buf.len().min(DISK - start);
             let pieces = layout(len, sizes);
             let table = table(&mut buf, &pieces);
-            let status = submit_table(&queue, bio(Op::Read, start, len), &table);
+            let status = queue.submit_and_wait_with(bio(Op::Read, start, len), &table);
             assert_eq!(status, Status::Ok);
             report.bios += 1;
             report.segments += table.len() as u64;

@@ -7,7 +7,7 @@
 mod ramdisk;
 
 use blkmq::{Bio, Host, Op, QueueConfig, RequestQueue, SECTOR_SIZE, Status, StdPlatform, TagSet};
-use ramdisk::{DISK, RamDisk, layout, pattern, submit_table, table};
+use ramdisk::{DISK, RamDisk, layout, pattern, table};
 
 #[test]
 fn the_example_reads_back_every_byte() {
@@ -66,7 +66,7 @@ fn a_scattered_write_reads_back_contiguous_and_discard_zeroes() {
     let table = table(&mut buf, &pieces);
     assert!(table.len() > 4);
     let write = Bio::new(Op::Write, 0, 32);
-    assert_eq!(submit_table(&queue, write, &table), Status::Ok);
+    assert_eq!(queue.submit_and_wait_with(write, &table), Status::Ok);
     let mut back = vec![0u8; 16 << 10];
     let read = Bio::new(Op::Read, 0, 32).buffer(back.as_mut_ptr() as u64);
     assert_eq!(queue.submit_and_wait(read), Status::Ok);
