@@ -1149,11 +1149,13 @@ impl RqIo {
         Some(link.bio)
     }
 
-    /// Takes every bio off the request, without ending them, into `out`.
+    /// Takes every bio off the request, without ending them, into `out`; the request
+    /// leaves any flush sequence too (its queue is gone).
     pub(crate) fn drain_bios(&mut self, pool: &BioPool, out: &mut impl Extend<Bio>) {
         while let Some(bio) = self.pop_front(pool) {
             out.extend(core::iter::once(bio));
         }
         self.clear();
+        self.flush = 0;
     }
 }

@@ -70,7 +70,10 @@ impl FlushQueue {
 /// Whether `bio` asks for anything of the flush machinery: a flush, or a flag of one.
 #[inline(always)]
 pub(super) fn is_flush_bio(bio: &Bio) -> bool {
-    bio.op == Op::Flush || bio.flags.intersects(BioFlags::PREFLUSH.union(BioFlags::FUA))
+    bio.op == Op::Flush
+        || bio
+            .flags
+            .intersects(BioFlags::PREFLUSH.union(BioFlags::FUA))
 }
 
 impl<D: Driver> RequestQueue<D> {
@@ -179,7 +182,11 @@ impl<D: Driver> RequestQueue<D> {
             let io = self.seq_io(&mut rq);
             debug_assert_eq!(io.flush_state() & seq, 0, "a step ends once");
             io.set_flush_state(io.flush_state() | seq);
-            let next = if status.is_ok() { io.flush_next() } else { DONE };
+            let next = if status.is_ok() {
+                io.flush_next()
+            } else {
+                DONE
+            };
             if next == DONE {
                 // INVARIANT: outside a sequence the state is zero.
                 io.set_flush_state(0);
@@ -196,8 +203,8 @@ impl<D: Driver> RequestQueue<D> {
             }
             DATA => {
                 fq.data_in_flight += 1;
-                // Ahead of what is queued, as Linux's requeue at the head.
-                self.push_dispatch(hctx, rq, true);
+                // Past the elevator, straight to dispatch; in the order the steps began.
+                self.push_dispatch(hctx, rq, false);
             }
             _ => fq.done.push_back((rq, status)),
         }
@@ -242,10 +249,12 @@ impl<D: Driver> RequestQueue<D> {
     /// Ends a request whose sequence is over (or that needed none) and frees it.
     fn flush_free(&self, rq: Rq, status: Status) {
         let splits = &self.splits;
-        if let Ok(None) =
-            self.tags()
-                .complete_with(rq, status, |_, _, _| true, |bio, status| splits.end(bio, status))
-        {
+        if let Ok(None) = self.tags().complete_with(
+            rq,
+            status,
+            |_, _, _| true,
+            |bio, status| splits.end(bio, status),
+        ) {
             self.put_usage();
         }
         self.host.restart();

@@ -76,7 +76,8 @@
 //!   The lists have room for every request of the queue from its creation, so the
 //!   sequence allocates nothing per I/O.
 //! * **Elevator.** Sequenced requests bypass it, as flushes always did: every step goes to
-//!   the head of the dispatch list (Linux's `RQF_FLUSH_SEQ` insert); with scheduler tags
+//!   the dispatch list (Linux's `RQF_FLUSH_SEQ` insert), a flush at its head, data in the
+//!   order its steps began; with scheduler tags
 //!   each step takes a driver tag at dispatch and gives it back when it ends.
 //! * **Requeue, quiesce, freeze, teardown.** A request given back by the driver
 //!   ([`Status::Resource`], [`requeue_request`](RequestQueue::requeue_request)) is issued
@@ -312,7 +313,11 @@ impl<D: Driver> RequestQueue<D> {
         }
         let capacity = set.depth() + tags.nr_requests().unwrap_or(0);
         // Only a device with a volatile cache sequences flushes.
-        let flush_room = if config.limits.write_cache { capacity } else { 0 };
+        let flush_room = if config.limits.write_cache {
+            capacity
+        } else {
+            0
+        };
         // Software contexts, (cpu, type) in order, each mapped to its hardware queue.
         let mut ctx_hctx = Vec::new();
         for cpu in 0..nr_cpus {

@@ -6,8 +6,9 @@
 //!   the request queue's sequencer (`queue/flush.rs`) sets it, and the sequencer zeroes it
 //!   before a sequenced request is ended or freed. So the completion of a request that is
 //!   no part of a sequence reads one zero byte, in the line it reads anyway.
-//! * [`AS_FLUSH`] is set exactly while the request's I/O is held aside in its hardware
-//!   queue's flush state and the request describes an empty [`Op::Flush`].
+//! * [`AS_FLUSH`] is set exactly while the request is issued as its hardware queue's
+//!   flush: its I/O, unless it is a flush already, held aside in the hardware queue's flush
+//!   state, the request describing an empty [`Op::Flush`] meanwhile.
 
 use crate::bio::{BioFlags, Op};
 
@@ -55,7 +56,11 @@ impl RqIo {
     /// The next step of the sequence (the lowest not done), or [`DONE`].
     pub(crate) fn flush_next(&self) -> u8 {
         let left = !self.flush & ACTIONS;
-        if left == 0 { DONE } else { left & left.wrapping_neg() }
+        if left == 0 {
+            DONE
+        } else {
+            left & left.wrapping_neg()
+        }
     }
 
     /// Changes the flags the driver sees (the bios keep theirs).
@@ -64,9 +69,13 @@ impl RqIo {
     }
 
     /// Moves this request's I/O into `aside` (empty) and describes an empty flush instead:
-    /// no bio, no sector, no flag.
+    /// no bio, no sector, no flag. A flush is one already and keeps its own.
     pub(crate) fn hold_aside(&mut self, aside: &mut RqIo) {
         debug_assert!(aside.first.is_none() && aside.nr_bios == 0);
+        self.flush |= AS_FLUSH;
+        if self.op == Op::Flush {
+            return;
+        }
         aside.first = self.first.take();
         aside.chain_head = core::mem::replace(&mut self.chain_head, NO_TAG);
         aside.chain_tail = core::mem::replace(&mut self.chain_tail, NO_TAG);
@@ -78,12 +87,16 @@ impl RqIo {
         aside.segments = core::mem::take(&mut self.segments);
         aside.prio = self.prio;
         aside.issuer = self.issuer;
-        self.flush |= AS_FLUSH;
     }
 
     /// Gives back the I/O [`hold_aside`](Self::hold_aside) moved into `aside`, which is
     /// left empty.
     pub(crate) fn restore_from(&mut self, aside: &mut RqIo) {
+        self.flush &= !AS_FLUSH;
+        if self.op == Op::Flush && self.first.is_some() {
+            // A flush kept its own I/O.
+            return;
+        }
         debug_assert!(self.first.is_none() && self.nr_bios == 0);
         self.first = aside.first.take();
         self.chain_head = core::mem::replace(&mut aside.chain_head, NO_TAG);
@@ -94,6 +107,5 @@ impl RqIo {
         self.sector = core::mem::take(&mut aside.sector);
         self.sectors = core::mem::take(&mut aside.sectors);
         self.segments = core::mem::take(&mut aside.segments);
-        self.flush &= !AS_FLUSH;
     }
 }
