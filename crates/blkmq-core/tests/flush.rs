@@ -790,7 +790,8 @@ fn durability(
         let Some((Status::Ok, acked_at)) = ack_of(data) else {
             continue;
         };
-        let promised = (record.fua && write_cache)
+        // No cache, or FUA: stable when acknowledged; else once a flush came after it.
+        let promised = record.fua
             || !write_cache
             || sent.iter().any(|(&f, r)| {
                 r.flush && r.submitted > acked_at && matches!(ack_of(f), Some((Status::Ok, _)))
