@@ -840,3 +840,26 @@ proptest! {
         durability(write_cache, fua, elevator, depth, &steps)?;
     }
 }
+
+#[test]
+fn a_freeze_waits_for_whole_sequences_and_quiesce_holds_their_steps() {
+    let (host, queue, _) = setup(true, false, 8, false);
+    submit(&host, &queue, write(0, PF | FUA));
+    queue.freeze_start();
+    assert_eq!(queue.usage(), 1, "a sequence is inside");
+    let back = queue.submit(write(8, BioFlags::empty())).unwrap_err();
+    assert_eq!(back.sector, 8);
+    queue.quiesce();
+    next(&host, &queue); // the preflush
+    assert_eq!(host.driver().held(), 0, "the data waits while quiesced");
+    assert_eq!(queue.usage(), 1);
+    queue.unquiesce();
+    next(&host, &queue); // the data
+    assert_eq!(queue.usage(), 1, "drained only when the whole sequence is");
+    next(&host, &queue); // the postflush
+    assert_eq!(queue.usage(), 0);
+    assert_eq!(acks(), [(0, Status::Ok)]);
+    assert_eq!(host.driver().log(), [FLUSH, w(0), FLUSH]);
+    queue.unfreeze();
+    clean(&host, &queue);
+}
