@@ -21,13 +21,18 @@ use blkmq_core::{
 };
 use proptest::prelude::*;
 
-/// A platform of one CPU whose clock the test sets; kicks are left to the test.
+/// A platform of two CPUs, the calling thread on the one the test says, whose clock the
+/// test sets; kicks are left to the test.
 #[derive(Clone, Default)]
-struct Clock(Arc<AtomicU64>);
+struct Clock(Arc<AtomicU64>, Arc<AtomicUsize>);
 
 impl Clock {
     fn advance(&self, ns: u64) {
         self.0.fetch_add(ns, Ordering::Relaxed);
+    }
+
+    fn switch_cpu(&self) {
+        self.1.fetch_xor(1, Ordering::Relaxed);
     }
 }
 
@@ -35,11 +40,11 @@ impl Platform for Clock {
     type RawMutex = spin::mutex::SpinMutex<()>;
 
     fn nr_cpus(&self) -> usize {
-        1
+        2
     }
 
     fn current_cpu(&self) -> usize {
-        0
+        self.1.load(Ordering::Relaxed)
     }
 
     fn now_ns(&self) -> u64 {
@@ -102,9 +107,11 @@ struct DiskState {
     reject_next: bool,
     /// The data of every write submitted with PREFLUSH, and when it was submitted.
     preflush_at: BTreeMap<u64, u64>,
-    /// Flushes issued: when, and when they ended well (by the tag).
+    /// Flushes issued: when, and when they ended well.
     flushes: Vec<(u64, Option<u64>)>,
-    flush_by_tag: BTreeMap<u32, (usize, u64)>,
+    /// Flushes in the device, by hardware queue and tag: which, and how many commands the
+    /// device had executed when it came.
+    flush_by_tag: BTreeMap<(usize, u32), (usize, u64)>,
     /// Writes the device executed but has not made stable: (sector, data, when done).
     cache: Vec<(u64, u64, u64)>,
     stable: BTreeMap<u64, u64>,
@@ -162,7 +169,8 @@ impl Disk {
         let io = queue.io(rq).unwrap();
         let now = tick();
         let mut st = self.state.lock().unwrap();
-        let flush = st.flush_by_tag.remove(&rq.tag());
+        let key = (queue.request(rq).unwrap().hctx(), rq.tag());
+        let flush = st.flush_by_tag.remove(&key);
         if !status.is_ok() {
             return;
         }
@@ -237,7 +245,8 @@ impl Driver for Disk {
                 let index = st.flushes.len();
                 st.flushes.push((now, None));
                 let executed = st.executed;
-                st.flush_by_tag.insert(rq.tag(), (index, executed));
+                let key = (queue.request(&rq).unwrap().hctx(), rq.tag());
+                st.flush_by_tag.insert(key, (index, executed));
             }
             Op::Write => {
                 let flags = io.flags();
@@ -285,10 +294,21 @@ fn setup(
     depth: usize,
     elevator: bool,
 ) -> (Arc<Host<Disk>>, Q, Clock) {
+    setup_on(1, write_cache, fua, depth, elevator)
+}
+
+/// [`setup`] on `hw_queues` hardware queues, one per CPU when two.
+fn setup_on(
+    hw_queues: usize,
+    write_cache: bool,
+    fua: bool,
+    depth: usize,
+    elevator: bool,
+) -> (Arc<Host<Disk>>, Q, Clock) {
     reset();
     let clock = Clock::default();
     let host = Host::new(
-        TagSet::builder(depth),
+        TagSet::builder(depth).hw_queues(hw_queues),
         clock.clone(),
         Disk::new(write_cache, fua),
     )
@@ -691,6 +711,7 @@ enum Step {
     Requeue { pick: usize },
     Reject,
     Wait,
+    Cpu,
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -701,6 +722,7 @@ fn step() -> impl Strategy<Value = Step> {
         1 => any::<usize>().prop_map(|pick| Step::Requeue { pick }),
         1 => Just(Step::Reject),
         1 => Just(Step::Wait),
+        1 => Just(Step::Cpu),
     ]
 }
 
@@ -712,13 +734,14 @@ struct Sent {
 }
 
 fn durability(
+    hw_queues: usize,
     write_cache: bool,
     fua: bool,
     elevator: bool,
     depth: usize,
     steps: &[Step],
 ) -> Result<(), TestCaseError> {
-    let (host, queue, clock) = setup(write_cache, fua, depth, elevator);
+    let (host, queue, clock) = setup_on(hw_queues, write_cache, fua, depth, elevator);
     let disk = host.driver();
     let mut sent: BTreeMap<u64, Sent> = BTreeMap::new();
     let mut next_write = 0u64;
@@ -776,6 +799,7 @@ fn durability(
                 clock.advance(FLUSH_PENDING_TIMEOUT_NS);
                 queue.run_hw_queues();
             }
+            Step::Cpu => clock.switch_cpu(),
         }
     }
     // The power goes.
@@ -831,13 +855,14 @@ proptest! {
 
     #[test]
     fn acknowledged_writes_survive_a_power_cut(
+        hw_queues in 1usize..3,
         write_cache in prop::bool::weighted(0.8),
         fua in any::<bool>(),
         elevator in any::<bool>(),
         depth in 2usize..6,
         steps in prop::collection::vec(step(), 1..60),
     ) {
-        durability(write_cache, fua, elevator, depth, &steps)?;
+        durability(hw_queues, write_cache, fua, elevator, depth, &steps)?;
     }
 }
 
