@@ -53,6 +53,26 @@ pub struct QueueLimits {
     /// [`BioFlags::FUA`](crate::BioFlags::FUA) run as a sequence of flushes and the write
     /// (see the request queue's flush sequence); without it those flags are dropped and an
     /// empty flush ends at once, reaching no driver.
+    ///
+    /// ```
+    /// use blkmq_core::testing::Hold;
+    /// use blkmq_core::*;
+    ///
+    /// let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// let limits = QueueLimits { write_cache: true, ..QueueLimits::new(1024) };
+    /// let queue = host.add_queue(QueueConfig::new(limits)).unwrap();
+    /// let durable = BioFlags::PREFLUSH | BioFlags::FUA;
+    /// queue.submit(Bio::new(Op::Write, 0, 8).flags(durable)).unwrap();
+    /// let mut commands = Vec::new();
+    /// loop {
+    ///     let held = host.driver().take(); // one step at a time
+    ///     let Some(rq) = held.into_iter().next() else { break };
+    ///     commands.push(queue.io(&rq).unwrap().op());
+    ///     queue.end_request(rq, Status::Ok).unwrap();
+    /// }
+    /// // A preflush, the data, and a postflush for the FUA the device does not honour.
+    /// assert_eq!(commands, [Op::Flush, Op::Write, Op::Flush]);
+    /// ```
     pub write_cache: bool,
     /// The device honours [`BioFlags::FUA`](crate::BioFlags::FUA) on writes (Linux's
     /// `BLK_FEAT_FUA`; default `false`): the driver sees FUA on the write, and no flush
