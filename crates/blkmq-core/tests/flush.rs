@@ -888,3 +888,17 @@ fn a_freeze_waits_for_whole_sequences_and_quiesce_holds_their_steps() {
     queue.unfreeze();
     clean(&host, &queue);
 }
+
+#[test]
+fn a_bio_that_comes_back_keeps_the_flags_it_went_in_with() {
+    let (host, queue, _) = setup(false, false, 8, false);
+    queue.freeze_start();
+    let back = queue.submit(write(0, PF | FUA)).unwrap_err();
+    assert_eq!(back.flags, PF | FUA);
+    queue.unfreeze();
+    queue.submit(back).unwrap();
+    drain(&host, &queue);
+    assert_eq!(host.driver().log(), [w(0)]);
+    assert_eq!(acks(), [(0, Status::Ok)]);
+    clean(&host, &queue);
+}

@@ -110,16 +110,35 @@ impl<D: Driver> RequestQueue<D> {
         self.submit_inner(bio, Some(plug))
     }
 
-    fn submit_inner<'q>(&'q self, bio: Bio, mut plug: Option<&mut Plug<'q, D>>) -> Result<(), Bio> {
-        // A flush, or a flag of one, on a device with no cache to flush: dropped first.
-        let bio = if super::flush::is_flush_bio(&bio) {
-            match self.flush_prepare(bio) {
-                Some(bio) => bio,
-                None => return Ok(()),
-            }
-        } else {
-            bio
+    fn submit_inner<'q>(&'q self, bio: Bio, plug: Option<&mut Plug<'q, D>>) -> Result<(), Bio> {
+        if super::flush::is_flush_bio(&bio) {
+            return self.submit_flush_bio(bio, plug);
+        }
+        self.submit_prepared(bio, plug)
+    }
+
+    /// A flush, or a bio with a flag of one: on a device with no cache to flush, the flags
+    /// are dropped first and an empty flush ends at once; a bio that comes back has its
+    /// flags again, as it went in.
+    #[cold]
+    #[inline(never)]
+    fn submit_flush_bio<'q>(&'q self, bio: Bio, plug: Option<&mut Plug<'q, D>>) -> Result<(), Bio> {
+        let flags = bio.flags & (BioFlags::PREFLUSH | BioFlags::FUA);
+        let Some(bio) = self.flush_prepare(bio) else {
+            return Ok(());
         };
+        self.submit_prepared(bio, plug).map_err(|mut back| {
+            back.flags |= flags;
+            back
+        })
+    }
+
+    #[inline(always)]
+    fn submit_prepared<'q>(
+        &'q self,
+        bio: Bio,
+        mut plug: Option<&mut Plug<'q, D>>,
+    ) -> Result<(), Bio> {
         // The common bio in a few steps: no piece of a split, valid, one request whole.
         if !bio.flags.contains(BioFlags::SPLIT) && self.limits.fits_whole(&bio) {
             return match plug {
