@@ -246,8 +246,9 @@ impl<D: Driver> RequestQueue<D> {
             return Ok(());
         };
         let mergeable = crate::merge::mergeable(bio.op, bio.flags);
-        // A flush step to take: the flush sequence has the request (`flush.rs`).
-        let sequenced = self.flush_sequenced(bio);
+        // A flush step to take: the flush sequence has the request (`flush.rs`). A bio that
+        // may merge has no flush flag: the one test it pays is the one made above.
+        let sequenced = !mergeable && self.flush_sequenced(bio);
         // Read with the usage reference held: an elevator switch freezes the queue first,
         // so one that came in since the caller looked shows now. Flushes bypass it.
         let elevated =
