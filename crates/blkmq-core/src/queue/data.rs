@@ -74,6 +74,11 @@ impl<D: Driver> RequestQueue<D> {
     ///   not a piece already, is parked as a split parent of one piece and comes back to
     ///   its `end_io` as it stood at that call; if every split slot is taken, the ending
     ///   stops at that bio's first sector instead, the bio whole and still first.
+    /// * A request in a flush sequence (a write with PREFLUSH or FUA on a device with a
+    ///   write cache, or a flush) ends no bio here, as in Linux: its one bio advances past
+    ///   a part ended, and one covered whole stays as it is (with the status kept, as
+    ///   above) until [`end_request`](Self::end_request) lets the sequence go on and the
+    ///   sequence's last step ends it.
     /// * The request then starts at the first byte not ended. Its operation, flags,
     ///   priority and issuer stay the request's; its [`segments`](crate::RqIo::segments)
     ///   count stays what it was, an upper bound of the rest's (zero once nothing remains).
@@ -168,6 +173,13 @@ impl<D: Driver> RequestQueue<D> {
         let pool = &tags.set().bios;
         let splits = &self.splits;
         let io = tags.io_mut(rq)?;
+        if io.flush_state() != 0 {
+            // In a flush sequence (Linux's `RQF_FLUSH_SEQ`): its bio ends with the sequence,
+            // after a postflush if it needs one, never here.
+            return Ok(io.update_in_sequence(sectors, status, |bio, status| {
+                splits.keep_status(bio, status)
+            }));
+        }
         Ok(io.update(
             pool,
             sectors,
