@@ -31,6 +31,7 @@ use core::cell::UnsafeCell;
 use core::fmt;
 
 use crate::bio::{Bio, BioFlags, IoPrio, IssuerId, Op, Status};
+use crate::segment::SegSpan;
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
 mod data;
@@ -624,8 +625,9 @@ pub struct RqIo {
     sectors: u64,
     /// When the request was started (platform nanoseconds).
     pub(crate) start_ns: u64,
-    /// Data segments of the chain, as the request queue counts them against its limits.
-    pub(crate) segments: u32,
+    /// Data segments of the chain as the request queue counts them against its limits, with
+    /// the chain's first and last (for physical merges and the virt boundary).
+    pub(crate) span: SegSpan,
     /// Free for the elevator that holds the request (Linux's `rq->elv.priv`); zero when a
     /// request is allocated from scheduler tags.
     pub sched_data: [u64; 2],
@@ -645,7 +647,7 @@ impl RqIo {
         chain_head: NO_TAG,
         chain_tail: NO_TAG,
         start_ns: 0,
-        segments: 0,
+        span: SegSpan::EMPTY,
         alloc_cpu: 0,
         counted: false,
         sched_data: [0; 2],
@@ -674,7 +676,7 @@ impl RqIo {
         self.prio = IoPrio::DEFAULT;
         self.issuer = IssuerId(0);
         self.start_ns = 0;
-        self.segments = 0;
+        self.span = SegSpan::EMPTY;
     }
 
     /// Data segments of the chain, as the request queue counted them against its limits
@@ -690,7 +692,7 @@ impl RqIo {
     /// queue.free(rq).unwrap();
     /// ```
     pub fn segments(&self) -> u32 {
-        self.segments
+        self.span.nr()
     }
 
     /// The operation (that of the first bio).
@@ -1064,7 +1066,9 @@ impl RqIo {
         };
         self.sectors += other.sectors;
         self.nr_bios += other.nr_bios;
-        self.segments += other.segments;
+        // Counted here without the limits: a request queue that merges requests counts the
+        // two ends that meet again (`QueueLimits::append_span`).
+        self.span = SegSpan::then(&self.span, &other.span, None);
         let start_ns = other.start_ns;
         other.clear();
         other.start_ns = start_ns;
