@@ -679,8 +679,12 @@ impl RqIo {
         self.span = SegSpan::EMPTY;
     }
 
-    /// Data segments of the chain, as the request queue counted them against its limits
-    /// (zero for a request built through [`QueueTags`](crate::QueueTags) alone).
+    /// Data segments of the chain, as the request queue counted them against its limits:
+    /// each bio's segments cut to the segment size and boundary, physically contiguous
+    /// neighbours (within a bio, and across two merged bios) counted once. Never fewer than
+    /// [`RequestQueue::map_sg`](crate::RequestQueue::map_sg) uses, so a table of
+    /// `max_segments` entries always holds the request. Zero for a request built through
+    /// [`QueueTags`](crate::QueueTags) alone.
     ///
     /// ```
     /// use blkmq_core::{Alloc, StdPlatform, TagSet};
@@ -690,6 +694,24 @@ impl RqIo {
     /// let rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
     /// assert_eq!(queue.io(&rq).unwrap().segments(), 0);
     /// queue.free(rq).unwrap();
+    /// ```
+    ///
+    /// Through a request queue:
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use blkmq_core::testing::Hold;
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// let mut plug = Plug::new();
+    /// queue.submit_plugged(&mut plug, Bio::new(Op::Write, 0, 8).buffer(0x1_0000)).unwrap();
+    /// queue.submit_plugged(&mut plug, Bio::new(Op::Write, 8, 8).buffer(0x1_1000)).unwrap();
+    /// queue.submit_plugged(&mut plug, Bio::new(Op::Write, 16, 8).buffer(0x8_0000)).unwrap();
+    /// drop(plug);
+    /// let rq = host.driver().take().pop().unwrap();
+    /// // The first two bios are contiguous: one segment; the third starts another.
+    /// assert_eq!(queue.io(&rq).unwrap().segments(), 2);
+    /// queue.end_request(rq, Status::Ok).unwrap();
     /// ```
     pub fn segments(&self) -> u32 {
         self.span.nr()

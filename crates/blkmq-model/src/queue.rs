@@ -592,6 +592,7 @@ fn reduce(config: &Config) -> Setup {
         max_discard_sectors: spec.discard.map_or(0, |d| 8 * (1 + u32::from(d) % 8)),
         max_write_zeroes_sectors: spec.write_zeroes.map_or(0, |w| 8 * (1 + u32::from(w) % 8)),
         rotational: false,
+        ..QueueLimits::new(0)
     };
     let mut elevators = [false; MAX_QUEUES];
     for (i, e) in elevators.iter_mut().enumerate() {
