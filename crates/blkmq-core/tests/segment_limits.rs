@@ -507,6 +507,79 @@ fn all_five_limits_together() {
 }
 
 #[test]
+fn merges_under_all_limits_together() {
+    // ll_back_merge_fn with every rule at once: the gap check (req_gap_back_merge), then
+    // the combined count (ll_new_hw_segment) with the physical join of old.
+    let limits = QueueLimits {
+        max_segments: 2,
+        max_segment_size: 8192,
+        seg_boundary_mask: 0x3fff,
+        virt_boundary_mask: 4095,
+        ..base()
+    };
+    let bios = [
+        // One segment of 4 KiB at 0x10_0000.
+        Bio::new(Op::Write, 0, 8).buffer(0x10_0000),
+        // Contiguous, 4 + 4 KiB within 8 KiB and one 16 KiB window: joins, still one.
+        Bio::new(Op::Write, 8, 8).buffer(0x10_1000),
+        // Contiguous but the joined segment would pass 8 KiB: a second segment, on a
+        // page boundary, so no gap.
+        Bio::new(Op::Write, 16, 2).buffer(0x10_2000),
+        // Ends the request's last segment off a page (0x10_2400): a bio that does not
+        // continue it would leave a gap, so it starts a request of its own.
+        Bio::new(Op::Write, 18, 8).buffer(0x20_0000),
+        // Page-aligned on both sides: the new request's second segment.
+        Bio::new(Op::Write, 26, 8).buffer(0x30_0000),
+        // No gap either, but a third segment is one too many.
+        Bio::new(Op::Write, 34, 8).buffer(0x40_0000),
+    ];
+    assert_eq!(
+        serve(limits, &bios, true),
+        [
+            served(0, 18, 2, 3),
+            served(18, 16, 2, 2),
+            served(34, 8, 1, 1)
+        ]
+    );
+    ended();
+}
+
+#[test]
+fn two_requests_merge_by_the_same_rules() {
+    // ll_merge_requests_fn: the gap between the two (req_gap_back_merge on the second's
+    // first bio) and their combined count, the touching ends joined when contiguous.
+    let limits = QueueLimits {
+        max_segments: 2,
+        virt_boundary_mask: 4095,
+        ..base()
+    };
+    let (host, queue) = queue(limits);
+    let mut rqs = Vec::new();
+    for bio in [
+        Bio::new(Op::Write, 0, 8).buffer(0x10_0000),
+        Bio::new(Op::Write, 8, 8).buffer(0x10_1000), // contiguous with the first
+        Bio::new(Op::Write, 16, 2).buffer(0x20_0000),
+        Bio::new(Op::Write, 18, 8).buffer(0x30_0000), // after one that ends off a page
+    ] {
+        queue.submit(bio).unwrap();
+        rqs.extend(host.driver().take());
+    }
+    let io = |i: usize| queue.io(&rqs[i]).unwrap();
+    assert!(limits.can_append(io(0), io(1))); // joined: one segment
+    assert!(limits.can_append(io(1), io(2))); // two segments, page-aligned
+    assert!(!limits.can_append(io(2), io(3))); // a gap
+    let tight = QueueLimits {
+        max_segments: 1,
+        ..limits
+    };
+    assert!(tight.can_append(io(0), io(1)));
+    assert!(!tight.can_append(io(1), io(2)));
+    for rq in rqs {
+        queue.end_request(rq, Status::Ok).unwrap();
+    }
+}
+
+#[test]
 fn a_table_too_fine_for_one_block_fails() {
     // bio_split_rw_at rounds the split down to the logical block; a table whose segments
     // cannot make one block within the limits cannot be served at all.
