@@ -75,8 +75,8 @@ impl QueueLimits {
         let kind = self.merge_place(io, bio)?;
         let span = self.bio_span(bio);
         let merged = match kind {
-            MergeKind::Back => self.join(&io.span, &span),
-            MergeKind::Front => self.join(&span, &io.span),
+            MergeKind::Back => self.join(&io.span(), &span),
+            MergeKind::Front => self.join(&span, &io.span()),
         }?;
         (merged.nr() <= self.max_segments).then_some((kind, merged))
     }
@@ -136,7 +136,7 @@ impl QueueLimits {
         if !self.append_place(io, next) {
             return None;
         }
-        self.join(&io.span, &next.span)
+        self.join(&io.span(), &next.span())
             .filter(|span| span.nr() <= self.max_segments)
     }
 

@@ -31,7 +31,7 @@ use core::cell::UnsafeCell;
 use core::fmt;
 
 use crate::bio::{Bio, BioFlags, IoPrio, IssuerId, Op, Status};
-use crate::segment::SegSpan;
+use crate::segment::{SegSpan, Segment};
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
 mod data;
@@ -574,6 +574,9 @@ pub const fn unique_tag_tag(unique: u32) -> u32 {
     unique & 0xffff
 }
 
+/// In `RqIo::seg_nr`: the chain's last data segment lies in a named buffer.
+const BACK_MAPPED: u32 = 1 << 31;
+
 /// The owner's side of a request: the I/O it carries.
 ///
 /// The first bio is held inline; bios merged after or before it are linked through slots of
@@ -621,13 +624,21 @@ pub struct RqIo {
     /// Pool slots of the bios after `first`, as a list.
     chain_head: u32,
     chain_tail: u32,
+    /// Length of the chain's last data segment (see [`span`](Self::span)).
+    seg_back_len: u32,
     sector: u64,
     sectors: u64,
     /// When the request was started (platform nanoseconds).
     pub(crate) start_ns: u64,
-    /// Data segments of the chain as the request queue counts them against its limits, with
-    /// the chain's first and last (for physical merges and the virt boundary).
-    pub(crate) span: SegSpan,
+    /// The chain's data segments as the request queue counts them against its limits (see
+    /// [`span`](Self::span)), kept in the room the fields around them leave: how many, with
+    /// [`BACK_MAPPED`] set when the last lies in a named buffer.
+    seg_nr: u32,
+    /// Length of the chain's first data segment, which starts where the first bio's data
+    /// does.
+    seg_front_len: u32,
+    /// Where the chain's last data segment starts.
+    seg_back_addr: u64,
     /// Free for the elevator that holds the request (Linux's `rq->elv.priv`); zero when a
     /// request is allocated from scheduler tags.
     pub sched_data: [u64; 2],
@@ -647,7 +658,10 @@ impl RqIo {
         chain_head: NO_TAG,
         chain_tail: NO_TAG,
         start_ns: 0,
-        span: SegSpan::EMPTY,
+        seg_nr: 0,
+        seg_front_len: 0,
+        seg_back_addr: 0,
+        seg_back_len: 0,
         alloc_cpu: 0,
         counted: false,
         sched_data: [0; 2],
@@ -676,7 +690,38 @@ impl RqIo {
         self.prio = IoPrio::DEFAULT;
         self.issuer = IssuerId(0);
         self.start_ns = 0;
-        self.span = SegSpan::EMPTY;
+        self.set_span(SegSpan::EMPTY);
+    }
+
+    /// The chain's data segments as the request queue counted them: how many, and the first
+    /// and the last.
+    #[inline]
+    pub(crate) fn span(&self) -> SegSpan {
+        let Some(first) = &self.first else {
+            return SegSpan::EMPTY;
+        };
+        let front_addr = first
+            .data
+            .start_addr(first.sector * crate::bio::SECTOR_SIZE);
+        SegSpan::from_parts(
+            Segment::new(front_addr, self.seg_front_len),
+            Segment::new(self.seg_back_addr, self.seg_back_len),
+            self.seg_nr & !BACK_MAPPED,
+            first.data.is_mapped(),
+            self.seg_nr & BACK_MAPPED != 0,
+        )
+    }
+
+    /// Records the chain's data segments (`span`, whose first starts where the first bio's
+    /// data does).
+    #[inline(always)]
+    pub(crate) fn set_span(&mut self, span: SegSpan) {
+        let back = span.back();
+        let mapped = if span.back_mapped() { BACK_MAPPED } else { 0 };
+        self.seg_nr = span.nr().min(!BACK_MAPPED) | mapped;
+        self.seg_front_len = span.front().len;
+        self.seg_back_addr = back.addr;
+        self.seg_back_len = back.len;
     }
 
     /// Data segments of the chain, as the request queue counted them against its limits:
@@ -714,7 +759,7 @@ impl RqIo {
     /// queue.end_request(rq, Status::Ok).unwrap();
     /// ```
     pub fn segments(&self) -> u32 {
-        self.span.nr()
+        self.seg_nr & !BACK_MAPPED
     }
 
     /// The operation (that of the first bio).
@@ -1090,7 +1135,7 @@ impl RqIo {
         self.nr_bios += other.nr_bios;
         // Counted here without the limits: a request queue that merges requests counts the
         // two ends that meet again (`QueueLimits::append_span`).
-        self.span = SegSpan::then(&self.span, &other.span, None);
+        self.set_span(SegSpan::then(&self.span(), &other.span(), None));
         let start_ns = other.start_ns;
         other.clear();
         other.start_ns = start_ns;

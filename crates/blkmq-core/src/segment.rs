@@ -249,11 +249,18 @@ impl BioData {
         match self.kind {
             Kind::Unmapped => device_byte,
             Kind::Contiguous => self.addr().wrapping_add(u64::from(self.pos.skip)),
-            Kind::Table if self.pos.seg < self.nr => self
-                .table_segment(self.pos.seg)
-                .addr
-                .wrapping_add(u64::from(self.pos.skip)),
-            Kind::Table => 0,
+            Kind::Table => {
+                // The first segment with bytes left, as a walk finds it.
+                let mut skip = self.pos.skip;
+                for index in self.pos.seg..self.nr {
+                    let seg = self.table_segment(index);
+                    if seg.len > skip {
+                        return seg.addr.wrapping_add(u64::from(skip));
+                    }
+                    skip = 0;
+                }
+                0
+            }
         }
     }
 
@@ -438,6 +445,26 @@ impl SegSpan {
         nr: 0,
         mapped: 0,
     };
+
+    /// `nr` device segments from `front` to `back`, each in a named buffer or not.
+    #[inline]
+    pub(crate) const fn from_parts(
+        front: Segment,
+        back: Segment,
+        nr: u32,
+        front_mapped: bool,
+        back_mapped: bool,
+    ) -> Self {
+        SegSpan {
+            front_addr: front.addr,
+            back_addr: back.addr,
+            front_len: front.len,
+            back_len: back.len,
+            nr,
+            mapped: if front_mapped { FRONT_MAPPED } else { 0 }
+                | if back_mapped { BACK_MAPPED } else { 0 },
+        }
+    }
 
     /// One device segment, `seg`, in a named buffer when `mapped`.
     #[inline(always)]

@@ -341,7 +341,7 @@ impl<'a> ElvCx<'a> {
         match done {
             Ok(Ok(())) => {
                 if let Ok(io) = self.backend.io_mut(rq) {
-                    io.span = span;
+                    io.set_span(span);
                 }
                 Ok(kind)
             }
@@ -388,7 +388,7 @@ impl<'a> ElvCx<'a> {
             return Err(from);
         }
         if let Ok(io) = self.backend.io_mut(into) {
-            io.span = span;
+            io.set_span(span);
         }
         self.backend.free_merged(from);
         Ok(())

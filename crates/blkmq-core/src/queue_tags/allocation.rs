@@ -63,7 +63,7 @@ impl<T, P: Platform> QueueTags<T, P> {
             // nobody else reaches `io`.
             let io = unsafe { request.io_mut() };
             io.set_bio(bio);
-            io.span = segments;
+            io.set_span(segments);
             return Ok(rq);
         }
         let mut rq = self.alloc_general(alloc).map_err(|e| (e, bio))?;

@@ -477,7 +477,7 @@ impl<T, P: Platform> QueueTags<T, P> {
     ) -> Result<(), TagError> {
         let io = self.io_mut(rq)?;
         self.replace_bios(io, bio);
-        io.span = segments;
+        io.set_span(segments);
         Ok(())
     }
 
