@@ -207,12 +207,18 @@ impl QueueLimits {
         // Data only where the operation moves data, a table exactly as long as the bio, and
         // segments aligned as the device needs.
         if bio.op.has_data() {
-            if bio
-                .data
-                .table_bytes()
-                .is_some_and(|bytes| bytes != bio.bytes())
-                || self.misaligned(bio)
-            {
+            // Unmapped data is never checked against the DMA alignment (Linux fails
+            // misaligned segments with `EINVAL`).
+            let mask = if bio.data.is_mapped() {
+                u64::from(self.dma_alignment)
+            } else {
+                0
+            };
+            let bad = match bio.data.table_walk() {
+                Some((bytes, bits)) => bytes != bio.bytes() || bits & mask != 0,
+                None => (bio.data.start_addr(0) | bio.bytes()) & mask != 0,
+            };
+            if bad {
                 return Some(Status::Invalid);
             }
         } else if bio.data.is_mapped() {
@@ -279,20 +285,6 @@ impl QueueLimits {
     pub(crate) fn whole_span(&self, bio: &Bio) -> SegSpan {
         let addr = bio.data.start_addr(bio.sector * SECTOR_SIZE);
         SegSpan::one(Segment::new(addr, bio.bytes() as u32), bio.data.is_mapped())
-    }
-
-    /// Whether a mapped data bio has a segment whose address or length is off
-    /// `dma_alignment` (Linux fails such I/O with `EINVAL`).
-    fn misaligned(&self, bio: &Bio) -> bool {
-        let mask = u64::from(self.dma_alignment);
-        if mask == 0 || !bio.data.is_mapped() {
-            return false;
-        }
-        if bio.data.is_contiguous() {
-            return (bio.data.start_addr(0) | bio.bytes()) & mask != 0;
-        }
-        bio.segs()
-            .any(|seg| (seg.addr | u64::from(seg.len)) & mask != 0)
     }
 
     /// Bytes of the longest device segment that starts at `at` and has `left` bytes to go:

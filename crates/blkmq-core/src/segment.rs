@@ -316,15 +316,25 @@ impl BioData {
         self.pos = pos;
     }
 
-    /// Bytes the table holds from the bio's position on (`None` when there is no table).
-    pub(crate) fn table_bytes(&self) -> Option<u64> {
+    /// Bytes the table holds from the bio's position on, and the addresses and lengths of
+    /// its segments from there ORed together, for an alignment check, in one walk (`None`
+    /// when there is no table).
+    pub(crate) fn table_walk(&self) -> Option<(u64, u64)> {
         if self.kind != Kind::Table {
             return None;
         }
-        let total: u64 = (self.pos.seg..self.nr)
-            .map(|i| u64::from(self.table_segment(i).len))
-            .sum();
-        Some(total.saturating_sub(u64::from(self.pos.skip)))
+        let (mut bytes, mut bits) = (0u64, 0u64);
+        let mut skip = self.pos.skip;
+        for index in self.pos.seg..self.nr {
+            let seg = self.table_segment(index);
+            let len = seg.len.saturating_sub(skip);
+            if len != 0 {
+                bits |= seg.addr.wrapping_add(u64::from(skip)) | u64::from(len);
+            }
+            bytes += u64::from(len);
+            skip = 0;
+        }
+        Some((bytes, bits))
     }
 }
 
