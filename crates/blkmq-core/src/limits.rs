@@ -557,6 +557,53 @@ mod tests {
             }
         }
 
+        /// The shortcut agrees with the full checks on bios with data named too: one buffer,
+        /// or a table of one segment or more, aligned or not.
+        #[test]
+        fn fits_whole_agrees_on_mapped_data(
+            op in prop_oneof![Just(Op::Read), Just(Op::Write)],
+            kind in 0u8..3,
+            boundary_shift in 12u32..20,
+            dma_shift in 0u32..13,
+            addr in 0u64..1 << 24,
+            sector in 0u64..1 << 16,
+            sectors in 1u32..300,
+            cut in 0u32..300,
+        ) {
+            let limits = QueueLimits {
+                seg_boundary_mask: (1u64 << boundary_shift) - 1,
+                dma_alignment: (1u32 << dma_shift) - 1,
+                max_sectors: 256,
+                ..QueueLimits::new(1 << 17)
+            };
+            prop_assume!(limits.validate().is_ok());
+            let bytes = u64::from(sectors) * SECTOR_SIZE;
+            let bio = Bio::new(op, sector, sectors);
+            let bio = match kind {
+                0 => bio.buffer(addr),
+                _ if kind == 1 || sectors == 1 => bio.segments(alloc::boxed::Box::leak(
+                    alloc::boxed::Box::new([Segment::new(addr, bytes as u32)]),
+                )),
+                _ => {
+                    let first = u64::from(cut % (sectors - 1) + 1) * SECTOR_SIZE;
+                    let segs = alloc::vec![
+                        Segment::new(addr, first as u32),
+                        Segment::new(addr + (1 << 30), (bytes - first) as u32),
+                    ];
+                    bio.segments(alloc::vec::Vec::leak(segs))
+                }
+            };
+            let whole = limits.check(&bio).is_none() && limits.split_len(&bio) == bio.sectors;
+            if limits.fits_whole(&bio) {
+                prop_assert!(whole, "admitted {:?}", bio);
+                prop_assert_eq!(limits.bio_segments(&bio), 1);
+                prop_assert_eq!(limits.whole_span(&bio), limits.bio_span(&bio));
+            } else if whole {
+                // Only a bio over several data segments may miss the shortcut.
+                prop_assert!(limits.bio_segments(&bio) > 1, "missed {:?}", bio);
+            }
+        }
+
         /// The one-segment shortcut counts what the walk counts.
         #[test]
         fn segments_match_the_walk(
