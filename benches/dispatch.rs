@@ -14,6 +14,9 @@
 //! * `io`: the driver ends each request inside `queue_rq`
 //!   (`cx.queue().end_request(rq, Status::Ok)`), so the submission issues it directly to the
 //!   idle hardware queue and it has ended when `submit` returns;
+//! * `io_8seg`: as `io`, each bio's 4 KiB in a `'static` table of 8 segments of 512 bytes,
+//!   none contiguous with the next: what counting, splitting and merging on real segments
+//!   cost where the one-segment bio takes the shortcut;
 //! * `io_plug`: the same bios through one [`Plug`], reused and flushed every [`PLUG_BATCH`]
 //!   requests: they go to the software queue and are issued by a run of the hardware queue;
 //! * `io_hold` and `io_hold_plug`: the driver keeps each request in a ring of its hardware
@@ -64,7 +67,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use blkmq_core::{
     Bio, BioFlags, Driver, HctxCx, Host, Op, PLUG_MAX, Plug, QueueConfig, QueueLimits, Rejected,
-    RequestInit, RequestQueue, Rq, Status, StdPlatform, TagSet, TagSetFlags,
+    RequestInit, RequestQueue, Rq, Segment, Status, StdPlatform, TagSet, TagSetFlags,
 };
 use blkmq_sbitmap::{AllocHint, SbitmapQueue};
 use criterion::measurement::WallTime;
@@ -129,6 +132,18 @@ const COMPLETE_TARGET: f64 = 1.10;
 
 /// I/Os (or completions) per thread in one round of a paired comparison.
 const PAIRED_IOS: u64 = 50_000;
+
+/// The data of every `io_8seg` bio: 8 segments of 512 bytes, a page apart.
+static EIGHT_SEGMENTS: [Segment; 8] = [
+    Segment::new(0x10_0000, 512),
+    Segment::new(0x10_1000, 512),
+    Segment::new(0x10_2000, 512),
+    Segment::new(0x10_3000, 512),
+    Segment::new(0x10_4000, 512),
+    Segment::new(0x10_5000, 512),
+    Segment::new(0x10_6000, 512),
+    Segment::new(0x10_7000, 512),
+];
 
 // ----- drivers -----
 
@@ -336,6 +351,14 @@ impl Submitter {
         self.slot = (self.slot + 1) & (SLOTS - 1);
         black_box(Bio::new(Op::Read, sector, BIO_SECTORS))
     }
+
+    /// The next bio, its data in [`EIGHT_SEGMENTS`].
+    #[inline(always)]
+    fn bio_8seg(&mut self) -> Bio {
+        let sector = (self.base + self.slot) * SLOT_SECTORS;
+        self.slot = (self.slot + 1) & (SLOTS - 1);
+        black_box(Bio::new(Op::Read, sector, BIO_SECTORS).segments(&EIGHT_SEGMENTS))
+    }
 }
 
 /// Every bio submitted on its own.
@@ -355,6 +378,27 @@ impl<D: NullDriver> Workload for Direct<'_, D> {
     fn step(&self, sub: &mut Submitter) {
         let queue = &*self.0.queue;
         queue.submit(sub.bio()).expect("a free request");
+        D::reap(queue, sub.hctx);
+    }
+}
+
+/// As [`Direct`], every bio's data in 8 segments.
+struct Direct8<'d, D: NullDriver>(&'d Dev<D>);
+
+impl<D: NullDriver> Workload for Direct8<'_, D> {
+    type Local<'a>
+        = Submitter
+    where
+        Self: 'a;
+
+    fn local(&self, thread: usize) -> Submitter {
+        Submitter::new(self.0, thread)
+    }
+
+    #[inline(never)]
+    fn step(&self, sub: &mut Submitter) {
+        let queue = &*self.0.queue;
+        queue.submit(sub.bio_8seg()).expect("a free request");
         D::reap(queue, sub.hctx);
     }
 }
@@ -628,6 +672,7 @@ fn dispatch(c: &mut Criterion, threads: usize) {
     g.throughput(Throughput::Elements(threads as u64));
     one(&mut g, "raw", &all.raw, threads);
     one(&mut g, "io", &Direct(&all.inline), threads);
+    one(&mut g, "io_8seg", &Direct8(&all.inline), threads);
     one(&mut g, "io_plug", &Plugged(&all.inline), threads);
     one(&mut g, "io_hold", &Direct(&all.hold), threads);
     one(&mut g, "io_hold_plug", &Plugged(&all.hold), threads);
@@ -680,9 +725,9 @@ fn against(ratio: f64, target: f64) -> String {
 /// The header of both per-I/O tables, after the leading columns `lead`.
 fn io_header(lead: &str, lead_align: &str) {
     println!(
-        "| {lead} | io / raw (<= {IO_TARGET} at 1t) | io_plug / io | io_hold / raw | io_hold_plug / io_hold |"
+        "| {lead} | io / raw (<= {IO_TARGET} at 1t) | io_8seg / io | io_plug / io | io_hold / raw | io_hold_plug / io_hold |"
     );
-    println!("|{lead_align}---:|---:|---:|---:|");
+    println!("|{lead_align}---:|---:|---:|---:|---:|");
 }
 
 /// The header of both completion tables, after the leading columns `lead`.
@@ -697,9 +742,10 @@ fn summary(started: SystemTime) {
     for threads in 1..=THREADS {
         let group = format!("dispatch_{threads}t");
         let m = |f: &str| criterion_median(started, &group, f);
-        let (Some(raw), Some(io), Some(plug), Some(hold), Some(hold_plug)) = (
+        let (Some(raw), Some(io), Some(seg8), Some(plug), Some(hold), Some(hold_plug)) = (
             m("raw"),
             m("io"),
+            m("io_8seg"),
             m("io_plug"),
             m("io_hold"),
             m("io_hold_plug"),
@@ -707,8 +753,9 @@ fn summary(started: SystemTime) {
             continue;
         };
         io_rows.push(format!(
-            "| {threads} | {raw:>6.2} | {io:>7.2} | {plug:>7.2} | {hold:>7.2} | {hold_plug:>7.2} | {} | {:>5.2} | {:>5.2} | {:>5.2} |",
+            "| {threads} | {raw:>6.2} | {io:>7.2} | {seg8:>7.2} | {plug:>7.2} | {hold:>7.2} | {hold_plug:>7.2} | {} | {:>5.2} | {:>5.2} | {:>5.2} | {:>5.2} |",
             against(io / raw, if threads == 1 { IO_TARGET } else { f64::INFINITY }),
+            seg8 / io,
             plug / io,
             hold / raw,
             hold_plug / hold,
@@ -720,8 +767,8 @@ fn summary(started: SystemTime) {
             "Per I/O (criterion medians, ns per I/O and thread; ratios of time; * misses its target):"
         );
         io_header(
-            "threads | raw ns | io ns | io_plug ns | io_hold ns | io_hold_plug ns",
-            "---:|---:|---:|---:|---:|---:|",
+            "threads | raw ns | io ns | io_8seg ns | io_plug ns | io_hold ns | io_hold_plug ns",
+            "---:|---:|---:|---:|---:|---:|---:|",
         );
         for row in io_rows {
             println!("{row}");
@@ -767,9 +814,11 @@ fn paired_summary() {
         let all = IoContenders::new();
         let raw = &all.raw;
         let (io, plug) = (&Direct(&all.inline), &Plugged(&all.inline));
+        let seg8 = &Direct8(&all.inline);
         let (hold, hold_plug) = (&Direct(&all.hold), &Plugged(&all.hold));
         for threads in 1..=THREADS {
             let io_raw = paired_ratio(|| timed(io, threads, n), || timed(raw, threads, n));
+            let seg8_io = paired_ratio(|| timed(seg8, threads, n), || timed(io, threads, n));
             let plug_io = paired_ratio(|| timed(plug, threads, n), || timed(io, threads, n));
             let hold_raw = paired_ratio(|| timed(hold, threads, n), || timed(raw, threads, n));
             let hold_plug_hold =
@@ -780,7 +829,7 @@ fn paired_summary() {
                 f64::INFINITY
             };
             println!(
-                "| {threads} | {} | {plug_io:>5.2} | {hold_raw:>5.2} | {hold_plug_hold:>5.2} |",
+                "| {threads} | {} | {seg8_io:>5.2} | {plug_io:>5.2} | {hold_raw:>5.2} | {hold_plug_hold:>5.2} |",
                 against(io_raw, target),
             );
         }

@@ -68,7 +68,11 @@ const IO_BYTES: usize = IO_SECTORS as usize * SECTOR_SIZE as usize;
 /// A submitter's read buffers in verify mode: one 4 KiB slot per read in flight, owned by
 /// that read from its submission until its completion has checked the bytes.
 struct Buffers {
+    /// The slots, from byte `skip` on: page-aligned, as a device's DMA wants its buffers
+    /// (the queue refuses data off its `dma_alignment`).
     bytes: Box<[UnsafeCell<u8>]>,
+    skip: usize,
+    nr: usize,
     /// A bit per slot: set while a read owns it.
     busy: Box<[AtomicU64]>,
 }
@@ -80,14 +84,21 @@ unsafe impl Sync for Buffers {}
 
 impl Buffers {
     fn new(slots: usize) -> Self {
+        const PAGE: usize = 4096;
+        let bytes: Box<[UnsafeCell<u8>]> = (0..slots * IO_BYTES + PAGE - 1)
+            .map(|_| UnsafeCell::new(0))
+            .collect();
+        let skip = (PAGE - bytes.as_ptr() as usize % PAGE) % PAGE;
         Self {
-            bytes: (0..slots * IO_BYTES).map(|_| UnsafeCell::new(0)).collect(),
+            bytes,
+            skip,
+            nr: slots,
             busy: (0..slots.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
         }
     }
 
     fn slots(&self) -> usize {
-        self.bytes.len() / IO_BYTES
+        self.nr
     }
 
     /// A free slot, now owned; `None` when every slot is owned.
@@ -114,7 +125,7 @@ impl Buffers {
     /// The address of slot `slot`'s first byte.
     fn addr(&self, slot: usize) -> u64 {
         // `UnsafeCell<u8>` is a `u8`; a pointer from the whole slice may reach any slot.
-        UnsafeCell::raw_get(self.bytes.as_ptr()) as u64 + (slot * IO_BYTES) as u64
+        UnsafeCell::raw_get(self.bytes.as_ptr()) as u64 + (self.skip + slot * IO_BYTES) as u64
     }
 
     /// The slot whose first byte is at `addr`.
@@ -222,7 +233,11 @@ impl Rig {
         pattern(0, generation, &mut expected);
         const BIO: usize = 256 << 10;
         const PIECE: usize = 16 << 10;
-        let mut buf = vec![0u8; BIO];
+        // Page-aligned, as a device's DMA wants it (the queue refuses data off its
+        // `dma_alignment`).
+        let mut space = vec![0u8; BIO + 4095];
+        let skip = (4096 - space.as_ptr() as usize % 4096) % 4096;
+        let buf = &mut space[skip..skip + BIO];
         for start in (0..expected.len()).step_by(BIO) {
             // Piece `i` of the bio (disk order) sits at `BIO - (i + 1) * PIECE`.
             for i in 0..BIO / PIECE {

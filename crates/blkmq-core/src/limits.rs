@@ -3,16 +3,19 @@
 
 use crate::bio::{Bio, Op, SECTOR_SIZE, Status};
 use crate::error::ConfigError;
+use crate::segment::{SegSpan, Segment};
 
 // Where the elevator interface and the models name it.
 pub(crate) use crate::merge::MergeKind;
 
 /// What a device accepts in one request (Linux's `queue_limits`), and its size.
 ///
-/// A [`Bio`] carries no scatter list, so data segments are counted as if each bio's buffer
-/// were contiguous and laid out like its place on the device: a bio of `n` bytes at byte
-/// `b` is cut at every `seg_boundary_mask + 1` boundary and into pieces of at most
-/// `max_segment_size`; the bios of a request never share a segment.
+/// Data segments are counted on a bio's real segments ([`Bio::segs`]): each is cut at every
+/// `seg_boundary_mask + 1` boundary and into pieces of at most `max_segment_size` (a bio
+/// with no data named walks as one buffer laid out like its place on the device). Within a
+/// request, the last segment of one bio and the first of the next count as one when they
+/// are physically contiguous and the two together stay within both limits; a bio with no
+/// data named never shares a segment with another.
 ///
 /// ```
 /// use blkmq_core::QueueLimits;
@@ -47,6 +50,22 @@ pub struct QueueLimits {
     /// The device seeks (a spinning disk): schedulers keep I/O sequential on it, at the cost
     /// of some latency (default `false`, as for flash; Linux's `BLK_FEAT_ROTATIONAL`).
     pub rotational: bool,
+    /// The alignment, as a mask, of every data segment's address and length (default 511,
+    /// Linux's; a power of two minus one, at most 4095). A bio whose data breaks it ends
+    /// with [`Status::Invalid`]. Bios with no data named are not checked.
+    pub dma_alignment: u32,
+    /// When non-zero (a power of two minus one, at least `dma_alignment`, at most
+    /// `seg_boundary_mask`), the rule of devices whose segment lists are page lists (NVMe's
+    /// PRP): between two segments of one request, the earlier ends and the later starts on
+    /// a multiple of `virt_boundary_mask + 1`, so only the first segment may start and only
+    /// the last may end off one. A bio that breaks it is split before the segment that
+    /// would; a merge that would is refused, and so, as in Linux, is any merge behind a
+    /// request whose first segment starts off a boundary. Physically contiguous segments
+    /// leave no gap.
+    pub virt_boundary_mask: u64,
+    /// Discard ranges per request (default 1; between 1 and 65535). Discards merge only
+    /// when adjacent, into one range, so a request holds one range whatever this says.
+    pub max_discard_segments: u32,
     /// The device keeps written data in a volatile cache until it is flushed (Linux's
     /// `BLK_FEAT_WRITE_CACHE`; default `false`). With it, [`Op::Flush`] bios and writes
     /// with [`BioFlags::PREFLUSH`](crate::BioFlags::PREFLUSH) or
@@ -94,12 +113,15 @@ pub const MAX_CAPACITY: u64 = u64::MAX >> 9;
 
 impl QueueLimits {
     /// Linux's defaults for a device of `capacity` sectors: 512-byte blocks, 2560 sectors and
-    /// 128 segments of up to 64 KiB per request, no chunks, no discard or write-zeroes.
+    /// 128 segments of up to 64 KiB per request, segments aligned to 512 bytes, no virt
+    /// boundary, no chunks, no discard or write-zeroes.
     ///
     /// ```
     /// use blkmq_core::QueueLimits;
     /// let limits = QueueLimits::new(8);
     /// assert_eq!((limits.capacity, limits.logical_block_size), (8, 512));
+    /// assert_eq!((limits.dma_alignment, limits.virt_boundary_mask), (511, 0));
+    /// assert_eq!(limits.max_discard_segments, 1);
     /// assert!(!limits.rotational);
     /// assert!(!limits.write_cache && !limits.fua); // no volatile cache
     /// ```
@@ -115,6 +137,9 @@ impl QueueLimits {
             max_discard_sectors: 0,
             max_write_zeroes_sectors: 0,
             rotational: false,
+            dma_alignment: 511,
+            virt_boundary_mask: 0,
+            max_discard_segments: 1,
             write_cache: false,
             fua: false,
         }
@@ -129,6 +154,10 @@ impl QueueLimits {
     /// use blkmq_core::{ConfigError, QueueLimits};
     /// let bad = QueueLimits { logical_block_size: 1000, ..QueueLimits::new(64) };
     /// assert_eq!(bad.validate(), Err(ConfigError::BadLimits { what: "logical_block_size" }));
+    /// let bad = QueueLimits { virt_boundary_mask: 4000, ..QueueLimits::new(64) };
+    /// assert_eq!(bad.validate(), Err(ConfigError::BadLimits { what: "virt_boundary_mask" }));
+    /// let nvme = QueueLimits { virt_boundary_mask: 4095, ..QueueLimits::new(64) };
+    /// assert_eq!(nvme.validate(), Ok(()));
     /// ```
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |what| Err(ConfigError::BadLimits { what });
@@ -166,11 +195,26 @@ impl QueueLimits {
         if self.capacity > MAX_CAPACITY || self.capacity % u64::from(block_sectors) != 0 {
             return bad("capacity");
         }
+        if self.dma_alignment > 4095 || !(self.dma_alignment + 1).is_power_of_two() {
+            return bad("dma_alignment");
+        }
+        let virt = self.virt_boundary_mask;
+        if virt != 0
+            && (!virt.wrapping_add(1).is_power_of_two()
+                || virt < u64::from(self.dma_alignment)
+                || virt > self.seg_boundary_mask)
+        {
+            return bad("virt_boundary_mask");
+        }
+        if self.max_discard_segments == 0 || self.max_discard_segments > 65535 {
+            return bad("max_discard_segments");
+        }
         Ok(())
     }
 
     /// The status a bio ends with at once, if it cannot be served as it is: zero length
-    /// (but for a flush), past the capacity, misaligned, or an operation the device lacks.
+    /// (but for a flush), past the capacity, misaligned (its sectors to the logical block,
+    /// its segments to `dma_alignment`), or an operation the device lacks.
     ///
     /// ```
     /// use blkmq_core::{Bio, Op, QueueLimits, Status};
@@ -181,6 +225,8 @@ impl QueueLimits {
     /// assert_eq!(limits.check(&Bio::new(Op::Read, 64, 8)), Some(Status::IoErr));
     /// assert_eq!(limits.check(&Bio::new(Op::Discard, 0, 8)), Some(Status::NotSupported));
     /// assert_eq!(limits.check(&Bio::new(Op::Flush, 0, 0)), None);
+    /// assert_eq!(limits.check(&Bio::new(Op::Read, 0, 8).buffer(0x1000)), None);
+    /// assert_eq!(limits.check(&Bio::new(Op::Read, 0, 8).buffer(0x1004)), Some(Status::Invalid));
     /// ```
     pub fn check(&self, bio: &Bio) -> Option<Status> {
         if bio.op == Op::Flush {
@@ -193,13 +239,21 @@ impl QueueLimits {
             }
             _ => {}
         }
-        // Data only where the operation moves data, and a table exactly as long as the bio.
+        // Data only where the operation moves data, a table exactly as long as the bio, and
+        // segments aligned as the device needs.
         if bio.op.has_data() {
-            if bio
-                .data
-                .table_bytes()
-                .is_some_and(|bytes| bytes != bio.bytes())
-            {
+            // Unmapped data is never checked against the DMA alignment (Linux fails
+            // misaligned segments with `EINVAL`).
+            let mask = if bio.data.is_mapped() {
+                u64::from(self.dma_alignment)
+            } else {
+                0
+            };
+            let bad = match bio.data.table_walk() {
+                Some((bytes, bits)) => bytes != bio.bytes() || bits & mask != 0,
+                None => (bio.data.start_addr(0) | bio.bytes()) & mask != 0,
+            };
+            if bad {
                 return Some(Status::Invalid);
             }
         } else if bio.data.is_mapped() {
@@ -221,9 +275,11 @@ impl QueueLimits {
     /// Whether `bio` is a read or write that [`check`](Self::check) passes and that fits one
     /// request whole ([`split_len`](Self::split_len) is its length), decided in a few steps
     /// for the common case: aligned, within the device, the request size and a chunk, in one
-    /// data segment. `false` says only that the full checks must decide. For limits that
-    /// pass [`validate`](Self::validate), as a request queue's do: it leans on the powers of
-    /// two and the bounds that checks.
+    /// data segment (no data named, one buffer, or a table of one segment; its address
+    /// aligned and its bytes within one segment's size and boundary window). `false` says
+    /// only that the full checks must decide. For limits that pass
+    /// [`validate`](Self::validate), as a request queue's do: it leans on the powers of two
+    /// and the bounds that checks.
     #[inline]
     pub(crate) fn fits_whole(&self, bio: &Bio) -> bool {
         debug_assert!(self.validate().is_ok());
@@ -235,16 +291,110 @@ impl QueueLimits {
         let within = sector
             .checked_add(sectors)
             .is_some_and(|end| end <= self.capacity);
-        matches!(bio.op, Op::Read | Op::Write)
-            && !bio.data.is_mapped()
+        if !(matches!(bio.op, Op::Read | Op::Write)
             && sectors != 0
             && within
             && (sector | sectors) & (block - 1) == 0
             && sectors <= u64::from(self.max_sectors)
             && (chunk == 0 || (sector & (chunk - 1)) + sectors <= chunk)
-            && bytes <= u64::from(self.max_segment_size)
-            && (sector * SECTOR_SIZE) | self.seg_boundary_mask
-                == (sector * SECTOR_SIZE + bytes - 1) | self.seg_boundary_mask
+            && bytes <= u64::from(self.max_segment_size))
+        {
+            return false;
+        }
+        let Some(addr) = bio.data.single_run(sector * SECTOR_SIZE, bytes) else {
+            return false;
+        };
+        // Unmapped data is never checked against the DMA alignment.
+        let dma = if bio.data.is_mapped() {
+            u64::from(self.dma_alignment)
+        } else {
+            0
+        };
+        (addr | bytes) & dma == 0
+            && addr | self.seg_boundary_mask
+                == addr.wrapping_add(bytes - 1) | self.seg_boundary_mask
+    }
+
+    /// The one device segment of a bio that [`fits_whole`](Self::fits_whole) admitted.
+    #[inline(always)]
+    pub(crate) fn whole_span(&self, bio: &Bio) -> SegSpan {
+        let addr = bio.data.start_addr(bio.sector * SECTOR_SIZE);
+        SegSpan::one(Segment::new(addr, bio.bytes() as u32), bio.data.is_mapped())
+    }
+
+    /// Bytes of the longest device segment that starts at `at` and has `left` bytes to go:
+    /// within `max_segment_size` and the boundary window (Linux's `get_max_segment_size`).
+    #[inline(always)]
+    fn piece(&self, at: u64, left: u64) -> u64 {
+        let window = (at | self.seg_boundary_mask)
+            .wrapping_sub(at)
+            .saturating_add(1);
+        left.min(u64::from(self.max_segment_size)).min(window)
+    }
+
+    /// Whether `next` after `prev` breaks the virt boundary rule (Linux's
+    /// `bvec_gap_to_prev`): `prev` ends or `next` starts off a boundary, and they are not
+    /// one contiguous run.
+    #[inline]
+    pub(crate) fn gap(&self, prev: &Segment, next: &Segment) -> bool {
+        let mask = self.virt_boundary_mask;
+        mask != 0 && !prev.is_contiguous_with(next) && (prev.end() | next.addr) & mask != 0
+    }
+
+    /// The device segments of `bio`: each of its segments cut into pieces within
+    /// `max_segment_size` and the boundary windows, and physically contiguous pieces joined
+    /// while they stay within both (as [`map_segments`](Self::map_segments) maps them); none
+    /// for an operation without data.
+    pub(crate) fn bio_span(&self, bio: &Bio) -> SegSpan {
+        let mut span = SegSpan::EMPTY;
+        if !bio.op.has_data() {
+            return span;
+        }
+        let mapped = bio.data.is_mapped();
+        // The device segment being built.
+        let mut open: Option<Segment> = None;
+        for seg in bio.segs() {
+            let (mut at, mut left) = (seg.addr, u64::from(seg.len));
+            while left > 0 {
+                let step = self.piece(at, left);
+                let piece = Segment::new(at, step as u32);
+                open = match open {
+                    Some(prev) if mapped && self.joins(&prev, &piece) => {
+                        Some(Segment::new(prev.addr, prev.len + piece.len))
+                    }
+                    Some(prev) => {
+                        span.push(prev, mapped);
+                        Some(piece)
+                    }
+                    None => Some(piece),
+                };
+                at = at.wrapping_add(step);
+                left -= step;
+            }
+        }
+        if let Some(last) = open {
+            span.push(last, mapped);
+        }
+        span
+    }
+
+    /// Data segments of `bio` as this type documents them: its segments cut at
+    /// `max_segment_size` and the `seg_boundary_mask` windows, contiguous neighbours joined
+    /// within both (none without data). For a bio with no data named, what
+    /// [`segments`](Self::segments) counts.
+    ///
+    /// ```
+    /// use blkmq_core::{Bio, Op, QueueLimits, Segment};
+    /// let limits = QueueLimits { max_segment_size: 4096, ..QueueLimits::new(1 << 20) };
+    /// static TABLE: [Segment; 2] = [Segment::new(0x1000, 512), Segment::new(0x8000, 7680)];
+    /// assert_eq!(limits.bio_segments(&Bio::new(Op::Write, 0, 16).segments(&TABLE)), 3);
+    /// static JOINED: [Segment; 2] = [Segment::new(0x1000, 512), Segment::new(0x1200, 512)];
+    /// assert_eq!(limits.bio_segments(&Bio::new(Op::Write, 0, 2).segments(&JOINED)), 1);
+    /// assert_eq!(limits.bio_segments(&Bio::new(Op::Write, 0, 16)), 2);
+    /// assert_eq!(limits.bio_segments(&Bio::new(Op::Discard, 0, 16)), 0);
+    /// ```
+    pub fn bio_segments(&self, bio: &Bio) -> u32 {
+        self.bio_span(bio).nr()
     }
 
     /// Most sectors one request of `op` may hold.
@@ -265,7 +415,8 @@ impl QueueLimits {
         (chunk - (sector & (chunk - 1))) as u32
     }
 
-    /// Data segments of `sectors` sectors from `sector`, as this type documents them;
+    /// Data segments of `sectors` sectors from `sector` of a bio with no data named, as this
+    /// type documents them ([`bio_segments`](Self::bio_segments) counts any bio's);
     /// operations without data have none.
     ///
     /// ```
@@ -301,17 +452,25 @@ impl QueueLimits {
         count
     }
 
-    /// Sectors of the longest first piece of `bio` that fits one request: within the
-    /// operation's maximum, the segment limit and the chunk boundary, in whole logical
-    /// blocks. Equal to `bio.sectors` when the bio needs no split.
+    /// Sectors of the longest first piece of `bio` that fits one request (Linux's
+    /// `bio_split_rw_at`): within the operation's maximum and the chunk boundary, and for
+    /// data, ending where the segment count reaches `max_segments` and before a segment
+    /// that leaves a virt boundary gap; in whole logical blocks. Equal to `bio.sectors` when
+    /// the bio needs no split; zero when not even one logical block fits (a table of tiny
+    /// segments), which a request queue ends with [`Status::Invalid`].
     ///
     /// ```
-    /// use blkmq_core::{Bio, Op, QueueLimits};
+    /// use blkmq_core::{Bio, Op, QueueLimits, Segment};
     /// let (max_sectors, chunk_sectors) = (64, 128);
     /// let limits = QueueLimits { max_sectors, chunk_sectors, ..QueueLimits::new(1 << 20) };
     /// assert_eq!(limits.split_len(&Bio::new(Op::Read, 0, 32)), 32);
     /// assert_eq!(limits.split_len(&Bio::new(Op::Read, 0, 200)), 64);
     /// assert_eq!(limits.split_len(&Bio::new(Op::Read, 100, 64)), 28); // chunk ends at 128
+    ///
+    /// // Two segments a page apart: the second starts a new page list.
+    /// static TABLE: [Segment; 2] = [Segment::new(0x1000, 2048), Segment::new(0x9000, 2048)];
+    /// let nvme = QueueLimits { virt_boundary_mask: 4095, ..QueueLimits::new(1 << 20) };
+    /// assert_eq!(nvme.split_len(&Bio::new(Op::Read, 0, 8).segments(&TABLE)), 4);
     /// ```
     pub fn split_len(&self, bio: &Bio) -> u32 {
         if bio.op == Op::Flush {
@@ -322,17 +481,63 @@ impl QueueLimits {
             .sectors
             .min(self.max_for(bio.op))
             .min(self.chunk_left(bio.sector));
-        if bio.op.has_data() && self.segments(bio.op, bio.sector, len) > self.max_segments {
-            // Walk the segments: the piece ends where the segment limit is reached.
-            let start = bio.sector * SECTOR_SIZE;
-            let mut at = start;
-            for _ in 0..self.max_segments {
-                let boundary = (at | self.seg_boundary_mask) + 1;
-                at = boundary.min(at + u64::from(self.max_segment_size));
-            }
-            len = len.min(((at - start) / SECTOR_SIZE) as u32);
+        if bio.op.has_data() {
+            len = self.data_split(bio, len);
         }
         len - len % block_sectors
+    }
+
+    /// Sectors of the first `len` of `bio` that its segments allow in one request: up to
+    /// `max_segments` device segments (counted as [`bio_segments`](Self::bio_segments)
+    /// counts them), and not past a virt boundary gap.
+    fn data_split(&self, bio: &Bio, len: u32) -> u32 {
+        let max_bytes = u64::from(len) * SECTOR_SIZE;
+        let mapped = bio.data.is_mapped();
+        let mut bytes = 0u64;
+        let mut nsegs = 0u32;
+        // The segment of the table before, and the device segment being built.
+        let mut prev: Option<Segment> = None;
+        let mut open: Option<Segment> = None;
+        'walk: for seg in bio.segs() {
+            if prev.is_some_and(|prev| self.gap(&prev, &seg)) {
+                break;
+            }
+            let (mut at, mut left) = (seg.addr, u64::from(seg.len));
+            while left > 0 {
+                if bytes >= max_bytes {
+                    break 'walk;
+                }
+                let step = self.piece(at, left).min(max_bytes - bytes);
+                let piece = Segment::new(at, step as u32);
+                open = match open {
+                    Some(o) if mapped && self.joins(&o, &piece) => {
+                        Some(Segment::new(o.addr, o.len + piece.len))
+                    }
+                    Some(o) if nsegs == self.max_segments => {
+                        // The last segment takes what of this piece still joins it (as
+                        // Linux's `bvec_split_segs` splits inside a bvec).
+                        if mapped && o.is_contiguous_with(&piece) {
+                            let room = u64::from(self.max_segment_size - o.len);
+                            let window = (o.addr | self.seg_boundary_mask)
+                                .wrapping_sub(at)
+                                .wrapping_add(1);
+                            bytes += step.min(room).min(window);
+                        }
+                        break 'walk;
+                    }
+                    _ if nsegs == self.max_segments => break 'walk,
+                    _ => {
+                        nsegs += 1;
+                        Some(piece)
+                    }
+                };
+                bytes += step;
+                at = at.wrapping_add(step);
+                left -= step;
+            }
+            prev = Some(seg);
+        }
+        (bytes / SECTOR_SIZE) as u32
     }
 }
 
@@ -384,6 +589,53 @@ mod tests {
             } else if matches!(op, Op::Read | Op::Write) && whole {
                 // Only a bio over several data segments may miss the shortcut.
                 prop_assert!(limits.segments(op, sector, sectors) > 1, "missed {:?}", bio);
+            }
+        }
+
+        /// The shortcut agrees with the full checks on bios with data named too: one buffer,
+        /// or a table of one segment or more, aligned or not.
+        #[test]
+        fn fits_whole_agrees_on_mapped_data(
+            op in prop_oneof![Just(Op::Read), Just(Op::Write)],
+            kind in 0u8..3,
+            boundary_shift in 12u32..20,
+            dma_shift in 0u32..13,
+            addr in 0u64..1 << 24,
+            sector in 0u64..1 << 16,
+            sectors in 1u32..300,
+            cut in 0u32..300,
+        ) {
+            let limits = QueueLimits {
+                seg_boundary_mask: (1u64 << boundary_shift) - 1,
+                dma_alignment: (1u32 << dma_shift) - 1,
+                max_sectors: 256,
+                ..QueueLimits::new(1 << 17)
+            };
+            prop_assume!(limits.validate().is_ok());
+            let bytes = u64::from(sectors) * SECTOR_SIZE;
+            let bio = Bio::new(op, sector, sectors);
+            let bio = match kind {
+                0 => bio.buffer(addr),
+                _ if kind == 1 || sectors == 1 => bio.segments(alloc::boxed::Box::leak(
+                    alloc::boxed::Box::new([Segment::new(addr, bytes as u32)]),
+                )),
+                _ => {
+                    let first = u64::from(cut % (sectors - 1) + 1) * SECTOR_SIZE;
+                    let segs = alloc::vec![
+                        Segment::new(addr, first as u32),
+                        Segment::new(addr + (1 << 30), (bytes - first) as u32),
+                    ];
+                    bio.segments(alloc::vec::Vec::leak(segs))
+                }
+            };
+            let whole = limits.check(&bio).is_none() && limits.split_len(&bio) == bio.sectors;
+            if limits.fits_whole(&bio) {
+                prop_assert!(whole, "admitted {:?}", bio);
+                prop_assert_eq!(limits.bio_segments(&bio), 1);
+                prop_assert_eq!(limits.whole_span(&bio), limits.bio_span(&bio));
+            } else if whole {
+                // Only a bio over several data segments may miss the shortcut.
+                prop_assert!(limits.bio_segments(&bio) > 1, "missed {:?}", bio);
             }
         }
 

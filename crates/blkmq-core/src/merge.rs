@@ -19,6 +19,7 @@ use crate::limits::QueueLimits;
 use crate::platform::Platform;
 use crate::queue_tags::QueueTags;
 use crate::request::{Rq, RqIo};
+use crate::segment::SegSpan;
 
 /// How a bio joins a request.
 ///
@@ -43,7 +44,11 @@ pub(crate) fn mergeable(op: Op, flags: BioFlags) -> bool {
 impl QueueLimits {
     /// Whether `bio` may join a request holding `io` (same operation, priority and
     /// direction, neither barred from merging, no flush, the result within the limits), and
-    /// at which end.
+    /// at which end. The segments are those of the two together: the last of the front part
+    /// and the first of the back part count as one when they join (physically contiguous,
+    /// within the segment size and a boundary window; Linux's physical merge), and a merge
+    /// that would leave a virt boundary gap between them is refused (Linux's
+    /// `ll_back_merge_fn` and `ll_front_merge_fn`).
     ///
     /// ```
     /// use blkmq_core::{Alloc, Bio, BioFlags, MergeKind, Op, QueueLimits, StdPlatform, TagSet};
@@ -62,6 +67,24 @@ impl QueueLimits {
     /// queue.free(rq).unwrap();
     /// ```
     pub fn merge_kind(&self, io: &RqIo, bio: &Bio) -> Option<MergeKind> {
+        self.merge_span(io, bio).map(|(kind, _)| kind)
+    }
+
+    /// [`merge_kind`](Self::merge_kind), with the segments of the request the merge makes.
+    pub(crate) fn merge_span(&self, io: &RqIo, bio: &Bio) -> Option<(MergeKind, SegSpan)> {
+        let kind = self.merge_place(io, bio)?;
+        let span = self.bio_span(bio);
+        let merged = match kind {
+            MergeKind::Back => self.join(&io.span(), &span),
+            MergeKind::Front => self.join(&span, &io.span()),
+        }?;
+        (merged.nr() <= self.max_segments).then_some((kind, merged))
+    }
+
+    /// [`merge_kind`](Self::merge_kind) but for the segments: the few steps most attempts
+    /// fail in.
+    #[inline]
+    pub(crate) fn merge_place(&self, io: &RqIo, bio: &Bio) -> Option<MergeKind> {
         if io.nr_bios() == 0 || !mergeable(io.op(), io.flags()) || !mergeable(bio.op, bio.flags) {
             return None;
         }
@@ -83,12 +106,43 @@ impl QueueLimits {
         if u64::from(self.chunk_left(start)) < sectors {
             return None;
         }
-        let segments = io.segments() + self.segments(bio.op, bio.sector, bio.sectors);
-        (segments <= self.max_segments).then_some(kind)
+        Some(kind)
+    }
+
+    /// The segments of `front` followed by `back`, or `None` when the virt boundary forbids
+    /// them in one request (Linux's `bio_will_gap`): the front part's first segment starts
+    /// off a boundary, or its last segment and the back part's first neither join nor meet
+    /// on boundaries. The count may pass `max_segments`; the caller checks.
+    pub(crate) fn join(&self, front: &SegSpan, back: &SegSpan) -> Option<SegSpan> {
+        if front.nr() == 0 || back.nr() == 0 {
+            return Some(SegSpan::then(front, back, None));
+        }
+        let (last, first) = (front.back(), back.front());
+        let joined = (front.back_mapped() && back.front_mapped() && self.joins(&last, &first))
+            .then(|| crate::segment::Segment::new(last.addr, last.len + first.len));
+        let mask = self.virt_boundary_mask;
+        if mask != 0
+            && (front.front().addr & mask != 0
+                || (joined.is_none() && (last.end() | first.addr) & mask != 0))
+        {
+            return None;
+        }
+        Some(SegSpan::then(front, back, joined))
+    }
+
+    /// The segments of the request `next` appended to the one holding `io`, if
+    /// [`can_append`](Self::can_append) allows it.
+    pub(crate) fn append_span(&self, io: &RqIo, next: &RqIo) -> Option<SegSpan> {
+        if !self.append_place(io, next) {
+            return None;
+        }
+        self.join(&io.span(), &next.span())
+            .filter(|span| span.nr() <= self.max_segments)
     }
 
     /// Whether the request holding `next` may be appended to the one holding `io` (two
-    /// requests merging), by the same rules as [`merge_kind`](Self::merge_kind).
+    /// requests merging), by the same rules as [`merge_kind`](Self::merge_kind) (Linux's
+    /// `ll_merge_requests_fn`).
     ///
     /// ```
     /// use blkmq_core::{Alloc, Bio, Op, QueueLimits, StdPlatform, TagSet};
@@ -106,6 +160,11 @@ impl QueueLimits {
     /// queue.free(b).unwrap();
     /// ```
     pub fn can_append(&self, io: &RqIo, next: &RqIo) -> bool {
+        self.append_span(io, next).is_some()
+    }
+
+    /// [`can_append`](Self::can_append) but for the segments.
+    fn append_place(&self, io: &RqIo, next: &RqIo) -> bool {
         if io.nr_bios() == 0 || next.nr_bios() == 0 {
             return false;
         }
@@ -118,7 +177,6 @@ impl QueueLimits {
         let sectors = io.sectors() + next.sectors();
         sectors <= u64::from(self.max_for(io.op()))
             && u64::from(self.chunk_left(io.sector())) >= sectors
-            && io.segments() + next.segments() <= self.max_segments
     }
 }
 
@@ -134,7 +192,7 @@ pub(crate) fn merge_into<T, P: Platform>(
     // checks, the same segment count.
     if !tags
         .io(rq)
-        .is_ok_and(|io| limits.merge_kind(io, bio).is_some())
+        .is_ok_and(|io| limits.merge_place(io, bio).is_some())
     {
         return false;
     }

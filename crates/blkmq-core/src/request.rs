@@ -31,6 +31,7 @@ use core::cell::UnsafeCell;
 use core::fmt;
 
 use crate::bio::{Bio, BioFlags, IoPrio, IssuerId, Op, Status};
+use crate::segment::{SegSpan, Segment};
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
 mod data;
@@ -574,6 +575,9 @@ pub const fn unique_tag_tag(unique: u32) -> u32 {
     unique & 0xffff
 }
 
+/// In `RqIo::seg_nr`: the chain's last data segment lies in a named buffer.
+const BACK_MAPPED: u32 = 1 << 31;
+
 /// The owner's side of a request: the I/O it carries.
 ///
 /// The first bio is held inline; bios merged after or before it are linked through slots of
@@ -623,12 +627,21 @@ pub struct RqIo {
     /// Pool slots of the bios after `first`, as a list.
     chain_head: u32,
     chain_tail: u32,
+    /// Length of the chain's last data segment (see [`span`](Self::span)).
+    seg_back_len: u32,
     sector: u64,
     sectors: u64,
     /// When the request was started (platform nanoseconds).
     pub(crate) start_ns: u64,
-    /// Data segments of the chain, as the request queue counts them against its limits.
-    pub(crate) segments: u32,
+    /// The chain's data segments as the request queue counts them against its limits (see
+    /// [`span`](Self::span)), kept in the room the fields around them leave: how many, with
+    /// [`BACK_MAPPED`] set when the last lies in a named buffer.
+    seg_nr: u32,
+    /// Length of the chain's first data segment, which starts where the first bio's data
+    /// does.
+    seg_front_len: u32,
+    /// Where the chain's last data segment starts.
+    seg_back_addr: u64,
     /// Free for the elevator that holds the request (Linux's `rq->elv.priv`); zero when a
     /// request is allocated from scheduler tags.
     pub sched_data: [u64; 2],
@@ -649,7 +662,10 @@ impl RqIo {
         chain_head: NO_TAG,
         chain_tail: NO_TAG,
         start_ns: 0,
-        segments: 0,
+        seg_nr: 0,
+        seg_front_len: 0,
+        seg_back_addr: 0,
+        seg_back_len: 0,
         alloc_cpu: 0,
         counted: false,
         sched_data: [0; 2],
@@ -678,11 +694,46 @@ impl RqIo {
         self.prio = IoPrio::DEFAULT;
         self.issuer = IssuerId(0);
         self.start_ns = 0;
-        self.segments = 0;
+        self.set_span(SegSpan::EMPTY);
     }
 
-    /// Data segments of the chain, as the request queue counted them against its limits
-    /// (zero for a request built through [`QueueTags`](crate::QueueTags) alone).
+    /// The chain's data segments as the request queue counted them: how many, and the first
+    /// and the last.
+    #[inline]
+    pub(crate) fn span(&self) -> SegSpan {
+        let Some(first) = &self.first else {
+            return SegSpan::EMPTY;
+        };
+        let front_addr = first
+            .data
+            .start_addr(first.sector * crate::bio::SECTOR_SIZE);
+        SegSpan::from_parts(
+            Segment::new(front_addr, self.seg_front_len),
+            Segment::new(self.seg_back_addr, self.seg_back_len),
+            self.seg_nr & !BACK_MAPPED,
+            first.data.is_mapped(),
+            self.seg_nr & BACK_MAPPED != 0,
+        )
+    }
+
+    /// Records the chain's data segments (`span`, whose first starts where the first bio's
+    /// data does).
+    #[inline(always)]
+    pub(crate) fn set_span(&mut self, span: SegSpan) {
+        let back = span.back();
+        let mapped = if span.back_mapped() { BACK_MAPPED } else { 0 };
+        self.seg_nr = span.nr().min(!BACK_MAPPED) | mapped;
+        self.seg_front_len = span.front().len;
+        self.seg_back_addr = back.addr;
+        self.seg_back_len = back.len;
+    }
+
+    /// Data segments of the chain, as the request queue counted them against its limits:
+    /// each bio's segments cut to the segment size and boundary, physically contiguous
+    /// neighbours (within a bio, and across two merged bios) counted once. Never fewer than
+    /// [`RequestQueue::map_sg`](crate::RequestQueue::map_sg) uses, so a table of
+    /// `max_segments` entries always holds the request. Zero for a request built through
+    /// [`QueueTags`](crate::QueueTags) alone.
     ///
     /// ```
     /// use blkmq_core::{Alloc, StdPlatform, TagSet};
@@ -693,8 +744,26 @@ impl RqIo {
     /// assert_eq!(queue.io(&rq).unwrap().segments(), 0);
     /// queue.free(rq).unwrap();
     /// ```
+    ///
+    /// Through a request queue:
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use blkmq_core::testing::Hold;
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// let mut plug = Plug::new();
+    /// queue.submit_plugged(&mut plug, Bio::new(Op::Write, 0, 8).buffer(0x1_0000)).unwrap();
+    /// queue.submit_plugged(&mut plug, Bio::new(Op::Write, 8, 8).buffer(0x1_1000)).unwrap();
+    /// queue.submit_plugged(&mut plug, Bio::new(Op::Write, 16, 8).buffer(0x8_0000)).unwrap();
+    /// drop(plug);
+    /// let rq = host.driver().take().pop().unwrap();
+    /// // The first two bios are contiguous: one segment; the third starts another.
+    /// assert_eq!(queue.io(&rq).unwrap().segments(), 2);
+    /// queue.end_request(rq, Status::Ok).unwrap();
+    /// ```
     pub fn segments(&self) -> u32 {
-        self.segments
+        self.seg_nr & !BACK_MAPPED
     }
 
     /// The operation (that of the first bio).
@@ -1068,7 +1137,9 @@ impl RqIo {
         };
         self.sectors += other.sectors;
         self.nr_bios += other.nr_bios;
-        self.segments += other.segments;
+        // Counted here without the limits: a request queue that merges requests counts the
+        // two ends that meet again (`QueueLimits::append_span`).
+        self.set_span(SegSpan::then(&self.span(), &other.span(), None));
         let start_ns = other.start_ns;
         other.clear();
         other.start_ns = start_ns;

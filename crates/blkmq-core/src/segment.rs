@@ -242,6 +242,48 @@ impl BioData {
         }
     }
 
+    /// Where the data starts: the device byte `device_byte` for unmapped data, the buffer's
+    /// address past the position, or the address of the table's current segment past it.
+    #[inline(always)]
+    pub(crate) fn start_addr(&self, device_byte: u64) -> u64 {
+        match self.kind {
+            Kind::Unmapped => device_byte,
+            Kind::Contiguous => self.addr().wrapping_add(u64::from(self.pos.skip)),
+            Kind::Table => {
+                // The first segment with bytes left, as a walk finds it.
+                let mut skip = self.pos.skip;
+                for index in self.pos.seg..self.nr {
+                    let seg = self.table_segment(index);
+                    if seg.len > skip {
+                        return seg.addr.wrapping_add(u64::from(skip));
+                    }
+                    skip = 0;
+                }
+                0
+            }
+        }
+    }
+
+    /// Where the data starts when its `bytes` are one run and exactly the data (unmapped, a
+    /// buffer, or a table with one segment left, as long as the rest of the bio): what
+    /// [`start_addr`](Self::start_addr) gives; `None` for any other table.
+    #[inline(always)]
+    pub(crate) fn single_run(&self, device_byte: u64, bytes: u64) -> Option<u64> {
+        match self.kind {
+            Kind::Unmapped => Some(device_byte),
+            Kind::Contiguous => Some(self.addr().wrapping_add(u64::from(self.pos.skip))),
+            Kind::Table => {
+                if self.nr.wrapping_sub(self.pos.seg) != 1 {
+                    return None;
+                }
+                let seg = self.table_segment(self.pos.seg);
+                let left = u64::from(seg.len.wrapping_sub(self.pos.skip));
+                (seg.len >= self.pos.skip && left == bytes)
+                    .then(|| seg.addr.wrapping_add(u64::from(self.pos.skip)))
+            }
+        }
+    }
+
     /// The position `bytes` further on.
     pub(crate) fn advanced(&self, bytes: u64) -> DataPos {
         match self.kind {
@@ -274,15 +316,25 @@ impl BioData {
         self.pos = pos;
     }
 
-    /// Bytes the table holds from the bio's position on (`None` when there is no table).
-    pub(crate) fn table_bytes(&self) -> Option<u64> {
+    /// Bytes the table holds from the bio's position on, and the addresses and lengths of
+    /// its segments from there ORed together, for an alignment check, in one walk (`None`
+    /// when there is no table).
+    pub(crate) fn table_walk(&self) -> Option<(u64, u64)> {
         if self.kind != Kind::Table {
             return None;
         }
-        let total: u64 = (self.pos.seg..self.nr)
-            .map(|i| u64::from(self.table_segment(i).len))
-            .sum();
-        Some(total.saturating_sub(u64::from(self.pos.skip)))
+        let (mut bytes, mut bits) = (0u64, 0u64);
+        let mut skip = self.pos.skip;
+        for index in self.pos.seg..self.nr {
+            let seg = self.table_segment(index);
+            let len = seg.len.saturating_sub(skip);
+            if len != 0 {
+                bits |= seg.addr.wrapping_add(u64::from(skip)) | u64::from(len);
+            }
+            bytes += u64::from(len);
+            skip = 0;
+        }
+        Some((bytes, bits))
     }
 }
 
@@ -371,6 +423,150 @@ impl Iterator for BioSegments {
                 return Some(Segment::new(addr, len as u32));
             }
         }
+    }
+}
+
+/// The device segments of a bio or of a request's chain, as a queue counts them against
+/// its limits: how many, and the first and the last of them (Linux's `nr_phys_segments`, with
+/// the front and back segment sizes it once kept), so that a merge can tell whether the two
+/// ends it brings together join into one segment and whether they leave a virt boundary gap.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct SegSpan {
+    front_addr: u64,
+    back_addr: u64,
+    front_len: u32,
+    back_len: u32,
+    nr: u32,
+    /// [`FRONT_MAPPED`] and [`BACK_MAPPED`]: whether that end lies in a named buffer (else it
+    /// is unmapped data at its device bytes, which never joins another bio's).
+    mapped: u8,
+}
+
+const FRONT_MAPPED: u8 = 1;
+const BACK_MAPPED: u8 = 2;
+
+impl SegSpan {
+    /// No segment: the span of I/O without data.
+    pub(crate) const EMPTY: SegSpan = SegSpan {
+        front_addr: 0,
+        back_addr: 0,
+        front_len: 0,
+        back_len: 0,
+        nr: 0,
+        mapped: 0,
+    };
+
+    /// `nr` device segments from `front` to `back`, each in a named buffer or not.
+    #[inline]
+    pub(crate) const fn from_parts(
+        front: Segment,
+        back: Segment,
+        nr: u32,
+        front_mapped: bool,
+        back_mapped: bool,
+    ) -> Self {
+        SegSpan {
+            front_addr: front.addr,
+            back_addr: back.addr,
+            front_len: front.len,
+            back_len: back.len,
+            nr,
+            mapped: if front_mapped { FRONT_MAPPED } else { 0 }
+                | if back_mapped { BACK_MAPPED } else { 0 },
+        }
+    }
+
+    /// One device segment, `seg`, in a named buffer when `mapped`.
+    #[inline(always)]
+    pub(crate) const fn one(seg: Segment, mapped: bool) -> Self {
+        SegSpan {
+            front_addr: seg.addr,
+            back_addr: seg.addr,
+            front_len: seg.len,
+            back_len: seg.len,
+            nr: 1,
+            mapped: if mapped {
+                FRONT_MAPPED | BACK_MAPPED
+            } else {
+                0
+            },
+        }
+    }
+
+    /// Adds `seg` after the last segment, as a segment of its own.
+    #[inline]
+    pub(crate) fn push(&mut self, seg: Segment, mapped: bool) {
+        if self.nr == 0 {
+            *self = SegSpan::one(seg, mapped);
+            return;
+        }
+        self.nr += 1;
+        self.back_addr = seg.addr;
+        self.back_len = seg.len;
+        self.mapped = (self.mapped & FRONT_MAPPED) | if mapped { BACK_MAPPED } else { 0 };
+    }
+
+    /// How many device segments.
+    #[inline(always)]
+    pub(crate) const fn nr(&self) -> u32 {
+        self.nr
+    }
+
+    /// The first device segment.
+    #[inline(always)]
+    pub(crate) const fn front(&self) -> Segment {
+        Segment::new(self.front_addr, self.front_len)
+    }
+
+    /// The last device segment.
+    #[inline(always)]
+    pub(crate) const fn back(&self) -> Segment {
+        Segment::new(self.back_addr, self.back_len)
+    }
+
+    /// Whether the first segment lies in a named buffer.
+    #[inline(always)]
+    pub(crate) const fn front_mapped(&self) -> bool {
+        self.mapped & FRONT_MAPPED != 0
+    }
+
+    /// Whether the last segment lies in a named buffer.
+    #[inline(always)]
+    pub(crate) const fn back_mapped(&self) -> bool {
+        self.mapped & BACK_MAPPED != 0
+    }
+
+    /// `front` followed by `back`: their counts added, `joined` (when the last segment of
+    /// `front` and the first of `back` make one) counting once and standing for both ends
+    /// it became.
+    #[inline]
+    pub(crate) fn then(front: &SegSpan, back: &SegSpan, joined: Option<Segment>) -> SegSpan {
+        if front.nr == 0 {
+            return *back;
+        }
+        if back.nr == 0 {
+            return *front;
+        }
+        let mut span = SegSpan {
+            front_addr: front.front_addr,
+            front_len: front.front_len,
+            back_addr: back.back_addr,
+            back_len: back.back_len,
+            nr: front.nr + back.nr,
+            mapped: (front.mapped & FRONT_MAPPED) | (back.mapped & BACK_MAPPED),
+        };
+        if let Some(seg) = joined {
+            span.nr -= 1;
+            if front.nr == 1 {
+                span.front_addr = seg.addr;
+                span.front_len = seg.len;
+            }
+            if back.nr == 1 {
+                span.back_addr = seg.addr;
+                span.back_len = seg.len;
+            }
+        }
+        span
     }
 }
 

@@ -594,6 +594,7 @@ fn reduce(config: &Config) -> Setup {
         rotational: false,
         write_cache: false,
         fua: false,
+        ..QueueLimits::new(0)
     };
     let mut elevators = [false; MAX_QUEUES];
     for (i, e) in elevators.iter_mut().enumerate() {

@@ -331,10 +331,9 @@ impl<'a> ElvCx<'a> {
         let Ok(io) = self.backend.io(rq) else {
             return Err(bio);
         };
-        let Some(kind) = self.limits.merge_kind(io, &bio) else {
+        let Some((kind, span)) = self.limits.merge_span(io, &bio) else {
             return Err(bio);
         };
-        let segments = self.limits.segments(bio.op, bio.sector, bio.sectors);
         let done = match kind {
             MergeKind::Back => self.backend.append(rq, bio),
             MergeKind::Front => self.backend.prepend(rq, bio),
@@ -342,7 +341,7 @@ impl<'a> ElvCx<'a> {
         match done {
             Ok(Ok(())) => {
                 if let Ok(io) = self.backend.io_mut(rq) {
-                    io.segments += segments;
+                    io.set_span(span);
                 }
                 Ok(kind)
             }
@@ -378,12 +377,18 @@ impl<'a> ElvCx<'a> {
     /// # tags.free(first).unwrap();
     /// ```
     pub fn merge_requests(&self, into: &mut Rq, mut from: Rq) -> Result<(), Rq> {
-        let fits = match (self.backend.io(into), self.backend.io(&from)) {
-            (Ok(a), Ok(b)) => self.limits.can_append(a, b),
-            _ => false,
+        let span = match (self.backend.io(into), self.backend.io(&from)) {
+            (Ok(a), Ok(b)) => self.limits.append_span(a, b),
+            _ => None,
         };
-        if !fits || !matches!(self.backend.absorb(into, &mut from), Ok(true)) {
+        let Some(span) = span else {
             return Err(from);
+        };
+        if !matches!(self.backend.absorb(into, &mut from), Ok(true)) {
+            return Err(from);
+        }
+        if let Ok(io) = self.backend.io_mut(into) {
+            io.set_span(span);
         }
         self.backend.free_merged(from);
         Ok(())

@@ -176,7 +176,7 @@ impl<D: Driver> RequestQueue<D> {
         &'q self,
         usage: UsageRef<'q, D>,
         bio: &Bio,
-        segments: u32,
+        segments: crate::segment::SegSpan,
         mergeable: bool,
         cpu: usize,
         hctx: usize,

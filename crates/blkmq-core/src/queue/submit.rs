@@ -157,6 +157,11 @@ impl<D: Driver> RequestQueue<D> {
         if len >= bio.sectors {
             return self.submit_general(&bio, false, plug.as_deref_mut());
         }
+        if len == 0 {
+            // Not one logical block fits the limits: it can never be served.
+            self.splits.end(bio, Status::Invalid);
+            return Ok(());
+        }
         let mut rest = if piece { bio } else { self.splits.start(bio)? };
         // Whether part of the parent is in: then only the rest can come back.
         let mut any_in = piece;
@@ -164,6 +169,12 @@ impl<D: Driver> RequestQueue<D> {
             let len = self.split_len(&rest);
             if len >= rest.sectors {
                 return self.submit_general(&rest, false, plug.as_deref_mut());
+            }
+            if len == 0 {
+                // The rest can never be served; the parent ends with the error once the
+                // pieces in flight have ended.
+                self.splits.end(rest, Status::Invalid);
+                return Ok(());
             }
             let (first, tail) = self.splits.cut(rest, len);
             match self.submit_general(&first, false, plug.as_deref_mut()) {
@@ -183,9 +194,12 @@ impl<D: Driver> RequestQueue<D> {
         }
     }
 
+    /// Sectors of the first piece of `bio` ([`QueueLimits::split_len`]); zero when not one
+    /// logical block fits.
+    ///
+    /// [`QueueLimits::split_len`]: crate::QueueLimits::split_len
     fn split_len(&self, bio: &Bio) -> u32 {
-        let block = self.limits.logical_block_size / crate::bio::SECTOR_SIZE as u32;
-        self.limits.split_len(bio).max(block.min(bio.sectors))
+        self.limits.split_len(bio)
     }
 
     /// [`submit_one`](Self::submit_one) for the common bio: a read or write that fits one
@@ -255,10 +269,10 @@ impl<D: Driver> RequestQueue<D> {
             self.has_elevator.load(Ordering::Relaxed) && bio.op != Op::Flush && !sequenced;
         let segments = if whole {
             // One data segment: `fits_whole` said so.
-            debug_assert_eq!(self.limits.segments(bio.op, bio.sector, bio.sectors), 1);
-            1
+            debug_assert_eq!(self.limits.bio_segments(bio), 1);
+            self.limits.whole_span(bio)
         } else {
-            self.limits.segments(bio.op, bio.sector, bio.sectors)
+            self.limits.bio_span(bio)
         };
         if mergeable {
             if let Some(plug) = plug.as_deref_mut() {

@@ -11,6 +11,7 @@ use crate::bio::Bio;
 use crate::error::TagError;
 use crate::platform::Platform;
 use crate::request::{Request, Rq};
+use crate::segment::SegSpan;
 use crate::sync::Ordering;
 use crate::tagset::TagSetFlags;
 
@@ -46,7 +47,7 @@ impl<T, P: Platform> QueueTags<T, P> {
         self.alloc_plain(alloc).map(|(rq, _)| rq)
     }
 
-    /// Allocates a request that carries `bio` (with `segments` data segments) from the
+    /// Allocates a request that carries `bio` (with its data segments `segments`) from the
     /// start: in the common case the bio goes in through the allocation's own reach into
     /// the request, with no second look-up of the token. The bio comes back with the error.
     #[inline(always)]
@@ -54,7 +55,7 @@ impl<T, P: Platform> QueueTags<T, P> {
         &self,
         alloc: &Alloc,
         bio: Bio,
-        segments: u32,
+        segments: SegSpan,
     ) -> Result<Rq, (TagError, Bio)> {
         if self.is_plain(alloc) {
             let (rq, request) = self.alloc_plain(alloc).map_err(|e| (e, bio))?;
@@ -62,7 +63,7 @@ impl<T, P: Platform> QueueTags<T, P> {
             // nobody else reaches `io`.
             let io = unsafe { request.io_mut() };
             io.set_bio(bio);
-            io.segments = segments;
+            io.set_span(segments);
             return Ok(rq);
         }
         let mut rq = self.alloc_general(alloc).map_err(|e| (e, bio))?;

@@ -16,6 +16,7 @@ use crate::bio::{Bio, Op, Status};
 use crate::error::{Misused, TagError};
 use crate::platform::Platform;
 use crate::request::{NO_TAG, Request, Rq, RqIo, RqSegments, RqState};
+use crate::segment::SegSpan;
 use crate::sync::{AtomicBool, AtomicUsize, Ordering};
 use crate::tags::TagMap;
 use crate::tagset::{BusyRq, TagSet};
@@ -472,11 +473,11 @@ impl<T, P: Platform> QueueTags<T, P> {
         &self,
         rq: &mut Rq,
         bio: Bio,
-        segments: u32,
+        segments: SegSpan,
     ) -> Result<(), TagError> {
         let io = self.io_mut(rq)?;
         self.replace_bios(io, bio);
-        io.segments = segments;
+        io.set_span(segments);
         Ok(())
     }
 

@@ -156,7 +156,7 @@ impl RqIo {
                 // flags stay, for the hooks that run when the request is ended.
                 self.sector = at;
                 self.sectors = 0;
-                self.segments = 0;
+                self.set_span(crate::segment::SegSpan::EMPTY);
                 false
             }
         }

@@ -84,7 +84,10 @@ impl RqIo {
         aside.flags = core::mem::take(&mut self.flags);
         aside.sector = core::mem::take(&mut self.sector);
         aside.sectors = core::mem::take(&mut self.sectors);
-        aside.segments = core::mem::take(&mut self.segments);
+        aside.seg_nr = core::mem::take(&mut self.seg_nr);
+        aside.seg_front_len = core::mem::take(&mut self.seg_front_len);
+        aside.seg_back_addr = core::mem::take(&mut self.seg_back_addr);
+        aside.seg_back_len = core::mem::take(&mut self.seg_back_len);
         aside.prio = self.prio;
         aside.issuer = self.issuer;
     }
@@ -106,6 +109,9 @@ impl RqIo {
         self.flags = core::mem::take(&mut aside.flags);
         self.sector = core::mem::take(&mut aside.sector);
         self.sectors = core::mem::take(&mut aside.sectors);
-        self.segments = core::mem::take(&mut aside.segments);
+        self.seg_nr = core::mem::take(&mut aside.seg_nr);
+        self.seg_front_len = core::mem::take(&mut aside.seg_front_len);
+        self.seg_back_addr = core::mem::take(&mut aside.seg_back_addr);
+        self.seg_back_len = core::mem::take(&mut aside.seg_back_len);
     }
 }
