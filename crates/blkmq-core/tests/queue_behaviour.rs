@@ -953,7 +953,10 @@ fn a_piece_handed_back_when_tags_run_out_can_be_resubmitted() {
         }))
         .unwrap();
     let back = queue.submit(log.bio(0, Op::Write, 0, 64)).unwrap_err();
-    assert_eq!((back.sector, back.sectors, back.data.pos().skip / 512), (32, 32, 32));
+    assert_eq!(
+        (back.sector, back.sectors, back.data.pos().skip / 512),
+        (32, 32, 32)
+    );
     assert!(back.flags.contains(BioFlags::SPLIT));
     assert_eq!(
         pieces(&host.driver().seen(), Op::Write, 0),
@@ -985,7 +988,12 @@ fn a_split_bio_refused_whole_comes_back_untouched() {
     let bio = log.bio(0, Op::Write, 0, 64);
     let back = queue.submit(bio).unwrap_err();
     assert_eq!(
-        (back.sector, back.sectors, back.data.pos().skip / 512, back.private),
+        (
+            back.sector,
+            back.sectors,
+            back.data.pos().skip / 512,
+            back.private
+        ),
         (0, 64, 0, bio.private)
     );
     assert_eq!(back.flags, BioFlags::empty());
