@@ -1,5 +1,5 @@
 //! Replays the checked-in seed corpora of the fuzz targets (`sbitmap_ops`, `tagset_ops`,
-//! `queue_ops`, `deadline_ops`, `bfq_ops`) on stable, so that every `cargo test` runs what the
+//! `queue_ops`, `deadline_ops`, `bfq_ops`, `data_ops`) on stable, so that every `cargo test` runs what the
 //! fuzzer found interesting, without nightly or libFuzzer.
 //!
 //! Each file in `fuzz/seeds/<target>/` is decoded exactly as `fuzz_target!` decodes its input
@@ -11,7 +11,8 @@
 //! an elevator, each with a driver taking requests one at a time and in batches; for
 //! `deadline_ops` one and two hardware queues, each with per-queue and shared host tags; for
 //! `bfq_ops` one and two hardware queues, each on a rotational device and not, each with
-//! `low_latency` on and off), so a corpus that goes missing or stale fails here instead of
+//! `low_latency` on and off; for `data_ops` each elevator, its driver walking segments and
+//! mapping them), so a corpus that goes missing or stale fails here instead of
 //! silently testing nothing.
 
 // The models run real atomics, which loom's only work inside `loom::model`.
@@ -194,5 +195,27 @@ fn bfq_seed_corpus_passes_the_model() {
         modes.len(),
         8,
         "seeds cover only (hardware queues, rotational, low_latency) = {modes:?}"
+    );
+}
+
+#[test]
+fn data_seed_corpus_passes_the_model() {
+    use blkmq_model::data::{Config, ELEVATORS, Op, run};
+
+    let (kinds, modes) = replay(
+        "data_ops",
+        |(config, ops): &(Config, Vec<Op>)| run(config, ops),
+        |(config, ops)| {
+            let kinds = ops.iter().map(Op::kind).collect();
+            let elevator = ELEVATORS[usize::from(config.elevator) % ELEVATORS.len()];
+            (kinds, (elevator, config.map_sg))
+        },
+    );
+    let missing = missing(Op::KINDS, &kinds);
+    assert!(missing.is_empty(), "no seed has an op of kind {missing:?}");
+    assert_eq!(
+        modes.len(),
+        6,
+        "seeds cover only (elevator, map_sg) = {modes:?}"
     );
 }
