@@ -375,9 +375,9 @@ impl Iterator for BioSegments {
 }
 
 /// A scatter-gather table too small for a request's segments: what
-/// [`QueueLimits::map_segments`] and [`RequestQueue::map_sg`](crate::RequestQueue::map_sg)
-/// return instead of a partial mapping. Nothing was lost: the request is as it was, and
-/// `needed` entries would hold it.
+/// [`QueueLimits::map_segments`](crate::QueueLimits::map_segments) and
+/// [`RequestQueue::map_sg`](crate::RequestQueue::map_sg) return instead of a partial
+/// mapping. Nothing was lost: the request is as it was, and `needed` entries would hold it.
 ///
 /// ```
 /// use blkmq_core::{QueueLimits, Segment, SgTooSmall};

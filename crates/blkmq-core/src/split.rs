@@ -173,6 +173,38 @@ impl<R: lock_api::RawMutex> SplitPool<R> {
         }
     }
 
+    /// Readies `bio`, about to advance past a part of it that ended with `status`, to end
+    /// with the first error of its parts: a piece's parent notes the error; a whole bio
+    /// ended in part with an error becomes the only piece of itself, parked here, so that
+    /// it ends as it stands now, with that error, when the rest does. Returns false,
+    /// changing nothing, when that takes a slot and none is free.
+    pub(crate) fn keep_status(&self, bio: &mut Bio, status: Status) -> bool {
+        // Success leaves nothing to keep: the bio's end says it unless an error does.
+        if status.is_ok() {
+            return true;
+        }
+        if bio.flags.contains(BioFlags::SPLIT) {
+            // Live while `bio` is: its parent waits for it.
+            if let Some(slot) = self.slot_of(bio) {
+                let mut s = slot.lock();
+                if s.status.is_ok() {
+                    s.status = status;
+                }
+            }
+            return true;
+        }
+        match self.start(*bio) {
+            Ok(piece) => {
+                if let Some(slot) = self.slot_of(&piece) {
+                    slot.lock().status = status;
+                }
+                *bio = piece;
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
     /// Ends every parent still waiting with `status` (the queue is going away); pieces
     /// that end later are ignored.
     pub(crate) fn fail_all(&self, status: Status) {

@@ -1,6 +1,6 @@
 //! A request's data: its segments across every merged bio, front to back.
 
-use crate::bio::{Bio, SECTOR_SIZE};
+use crate::bio::{Bio, SECTOR_SIZE, Status};
 use crate::request::{BioPool, NO_TAG, RqIo};
 use crate::segment::{BioSegments, Segment};
 
@@ -96,5 +96,90 @@ impl RqIo {
         } else {
             0
         }
+    }
+}
+
+impl RqIo {
+    /// Ends the first `sectors` sectors of the request (clamped to its length), front to
+    /// back (the owner's half of Linux's `blk_update_request`): each bio they cover whole
+    /// leaves the chain, then goes to `end` with `status`; a bio they cover in part is first
+    /// shown to `keep` with `status`, and when `keep` says yes, advances past that part
+    /// (sector, length and data position). Returns whether a bio remains.
+    ///
+    /// As in Linux, a bio of no sectors at the front ends even when `sectors` is zero, and
+    /// the walk stops as soon as the sectors are used up.
+    ///
+    /// The request keeps its operation, flags, priority and issuer (the request's, as
+    /// Linux's `cmd_flags`), and its segment count, which stays an upper bound: the bios
+    /// left carry a part of the data that was counted. With no bio left it describes
+    /// nothing: no sector, no segment, at the sector after the last one ended.
+    pub(crate) fn update(
+        &mut self,
+        pool: &BioPool,
+        sectors: u64,
+        status: Status,
+        mut end: impl FnMut(Bio, Status),
+        keep: impl FnOnce(&mut Bio, Status) -> bool,
+    ) -> bool {
+        let mut left = sectors.min(self.sectors);
+        let mut at = self.sector;
+        while let Some(mut bio) = self.first {
+            let len = u64::from(bio.sectors);
+            if len <= left {
+                // Off the chain before its callback runs, as in `end_bios_with`.
+                self.take_first(pool);
+                left -= len;
+                at = bio.sector + len;
+                end(bio, status);
+                if left == 0 {
+                    break;
+                }
+            } else {
+                if left > 0 && keep(&mut bio, status) {
+                    // `left < len <= u32::MAX`.
+                    bio.sector += left;
+                    bio.sectors -= left as u32;
+                    bio.data.set_pos(bio.data.advanced(left * SECTOR_SIZE));
+                    self.sectors -= left;
+                    self.first = Some(bio);
+                }
+                break;
+            }
+        }
+        match &self.first {
+            Some(first) => {
+                self.sector = first.sector;
+                true
+            }
+            None => {
+                // INVARIANT: no bio, so no sector and no segment left; the operation and
+                // flags stay, for the hooks that run when the request is ended.
+                self.sector = at;
+                self.sectors = 0;
+                self.segments = 0;
+                false
+            }
+        }
+    }
+
+    /// Takes the first bio off the chain; the bio after it (if any) becomes the first.
+    fn take_first(&mut self, pool: &BioPool) -> Option<Bio> {
+        let bio = self.first.take()?;
+        self.nr_bios -= 1;
+        self.sectors -= u64::from(bio.sectors);
+        let slot = self.chain_head;
+        if slot != NO_TAG {
+            // SAFETY: `slot` is on our chain (`&mut self` owns it); we unlink it before
+            // giving it back.
+            let link = *unsafe { pool.link(slot) };
+            self.chain_head = link.next;
+            if link.next == NO_TAG {
+                self.chain_tail = NO_TAG;
+            }
+            pool.give_back(slot);
+            // INVARIANT: a chain exists only behind a first bio.
+            self.first = Some(link.bio);
+        }
+        Some(bio)
     }
 }
