@@ -1,7 +1,7 @@
 //! The data path's model test: random reads, writes, discards, write-zeroes and flushes with
 //! random segment layouts and queue limits, through no elevator, mq-deadline and BFQ, with
 //! plugs and adjacent bios that merge, bios split to the limits, requests the driver turns
-//! down or hands back, and errors, checked byte for byte against a model disk by
+//! down, hands back or ends in part, and errors, checked byte for byte against a model disk by
 //! `blkmq_model::data::run` (see that module for every check). The fuzz target `data_ops` in
 //! `fuzz/` runs the same model; here proptest generates its inputs, so that a plain
 //! `cargo test` explores and shrinks too.
@@ -128,6 +128,9 @@ fn op() -> impl Strategy<Value = Op> {
         // Mostly `Ok`, which moves the bytes.
         6 => (any::<u8>(), prop_oneof![4 => Just(0u8), 1 => any::<u8>()])
             .prop_map(|(index, status)| Op::End { index, status }),
+        // Mostly `Ok`, and within the request.
+        3 => (any::<u8>(), prop_oneof![3 => 0u8..64, 1 => any::<u8>()], prop_oneof![3 => Just(0u8), 1 => any::<u8>()])
+            .prop_map(|(index, blocks, status)| Op::Partial { index, blocks, status }),
         1 => (any::<u8>(), any::<bool>()).prop_map(|(index, kick)| Op::Requeue { index, kick }),
         1 => (any::<u8>(), any::<bool>()).prop_map(|(count, dev)| Op::Busy { count, dev }),
         1 => Just(Op::Barrier),
@@ -233,6 +236,26 @@ fn a_split_write_reads_back() {
                     status: 1,
                 },
                 Op::Barrier,
+                io(0, 23),
+                Op::Partial {
+                    index: 0,
+                    blocks: 5,
+                    status: 0,
+                },
+                Op::Partial {
+                    index: 0,
+                    blocks: 2,
+                    status: 2,
+                },
+                Op::Requeue {
+                    index: 0,
+                    kick: true,
+                },
+                Op::Partial {
+                    index: 0,
+                    blocks: 200,
+                    status: 0,
+                },
                 io(6, 7),
                 io(0, 23),
             ];
@@ -274,6 +297,7 @@ fn the_generated_runs_reach_every_path() {
             multi_segment,
             joined,
             sg_too_small,
+            partial,
             requeued,
             turned_down,
             barriers,
@@ -289,6 +313,7 @@ fn the_generated_runs_reach_every_path() {
             ("multi-segment requests", multi_segment),
             ("joined mappings", joined),
             ("tables too small", sg_too_small),
+            ("partial ends", partial),
             ("requeues", requeued),
             ("requests turned down", turned_down),
             ("barriers", barriers),

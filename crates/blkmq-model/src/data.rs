@@ -268,6 +268,18 @@ pub enum Op {
         /// Which status.
         status: u8,
     },
+    /// The driver ends the first `512 * blocks` bytes of held request `index % held` (and
+    /// 100 more when `blocks` is odd, which no device ends) with `END_STATUSES[status % 5]`
+    /// ([`RequestQueue::update_request`]), moving them on `Ok`, and keeps the rest; with
+    /// nothing left, it frees the request.
+    Partial {
+        /// Which held request.
+        index: u8,
+        /// How much of it, in 512-byte units.
+        blocks: u8,
+        /// Which status.
+        status: u8,
+    },
     /// The driver hands held request `index % held` back with
     /// [`RequestQueue::requeue_request`], kicking the requeue list or not (a barrier kicks
     /// it).
@@ -317,6 +329,7 @@ impl Op {
             Op::Flush { .. } => "flush",
             Op::Unplug => "unplug",
             Op::End { .. } => "end",
+            Op::Partial { .. } => "partial",
             Op::Requeue { .. } => "requeue",
             Op::Busy { .. } => "busy",
             Op::Barrier => "barrier",
@@ -341,6 +354,8 @@ pub struct Stats {
     pub joined: u64,
     /// First scatter-gather tables that were too small.
     pub sg_too_small: u64,
+    /// Partial ends ([`RequestQueue::update_request`]).
+    pub partial: u64,
     /// Requests the driver handed back.
     pub requeued: u64,
     /// Requests the driver turned down.
@@ -365,6 +380,7 @@ impl Stats {
         self.multi_segment += other.multi_segment;
         self.joined += other.joined;
         self.sg_too_small += other.sg_too_small;
+        self.partial += other.partial;
         self.requeued += other.requeued;
         self.turned_down += other.turned_down;
         self.barriers += other.barriers;
@@ -574,7 +590,20 @@ impl Runner {
             Op::End { index, status } => {
                 let held = self.take_held(index);
                 if let Some(rq) = held {
-                    self.end(rq, END_STATUSES[usize::from(status) % END_STATUSES.len()])?;
+                    let status = END_STATUSES[usize::from(status) % END_STATUSES.len()];
+                    self.end(rq, None, status)?;
+                }
+            }
+            Op::Partial {
+                index,
+                blocks,
+                status,
+            } => {
+                let held = self.host.driver().held.lock().len();
+                if let Some(rq) = self.take_held(index) {
+                    let status = END_STATUSES[usize::from(status) % END_STATUSES.len()];
+                    let bytes = u64::from(blocks) * 512 + u64::from(blocks & 1) * 100;
+                    self.end(rq, Some((bytes, usize::from(index) % held)), status)?;
                 }
             }
             Op::Requeue { index, kick } => {
@@ -878,8 +907,15 @@ impl Runner {
         }
     }
 
-    /// The driver ends `rq` with `status`, moving its bytes when `Ok`.
-    fn end(&mut self, rq: Rq, status: Status) -> Result<(), String> {
+    /// The driver ends `rq` with `status`, moving its bytes when `Ok`: all of it, or with
+    /// `part`, its first `part` bytes ([`RequestQueue::update_request`]), keeping the rest
+    /// (at `index` of what it holds) if any remains.
+    fn end(
+        &mut self,
+        mut rq: Rq,
+        part: Option<(u64, usize)>,
+        status: Status,
+    ) -> Result<(), String> {
         let io = self.queue.io(&rq).ok_or("a held request has no I/O")?;
         let (op, sector, sectors) = (io.op(), io.sector(), io.sectors());
         let data_bytes = io.data_bytes();
@@ -892,6 +928,8 @@ impl Runner {
                 },
             "a {op:?} request of {sectors} sectors carries {data_bytes} bytes"
         );
+        // An empty flush has no bytes to end in part.
+        let part = part.filter(|_| op != BioOp::Flush);
         // Which bios it holds.
         let mut pieces = Vec::new();
         self.queue.for_each_bio(&rq, |bio| {
@@ -912,13 +950,7 @@ impl Runner {
                 at += u64::from(piece_sectors);
                 self.owner_of(piece_sector, u64::from(piece_sectors))?
             };
-            // A flush counts as one sector ended.
-            let counted = if op == BioOp::Flush {
-                1
-            } else {
-                u64::from(piece_sectors)
-            };
-            ids.push((id, counted));
+            ids.push((id, piece_sector, u64::from(piece_sectors)));
         }
         if status.is_ok() {
             self.stats.ended_ok += 1;
@@ -931,36 +963,108 @@ impl Runner {
             op == BioOp::Flush || at == sector + sectors,
             "request {sector}+{sectors}: its bios end at {at}"
         );
+        // The sectors the driver ends: whole logical blocks, at most the request.
+        let block = u64::from(self.limits.logical_block_size);
+        let want = match part {
+            None => sectors,
+            Some((bytes, _)) => bytes.min(sectors * SECTOR_SIZE) / block * (block / SECTOR_SIZE),
+        };
+        let moved = if status.is_ok() {
+            want * SECTOR_SIZE
+        } else {
+            0
+        };
         if op.has_data() {
-            self.check_and_move(&rq, sector, data_bytes, status.is_ok(), op == BioOp::Write)?;
-        } else if status.is_ok() && op != BioOp::Flush {
-            let range =
-                (sector * SECTOR_SIZE) as usize..((sector + sectors) * SECTOR_SIZE) as usize;
+            self.check_and_move(&rq, sector, data_bytes, moved, op == BioOp::Write)?;
+        } else if op != BioOp::Flush {
+            let range = (sector * SECTOR_SIZE) as usize..(sector * SECTOR_SIZE + moved) as usize;
             self.disk[range].fill(0);
         }
-        for (id, piece_sectors) in ids {
+        let ended = match part {
+            None => {
+                self.queue
+                    .end_request(rq, status)
+                    .map_err(|e| format!("end_request refused our request: {e:?}"))?;
+                sectors
+            }
+            Some((bytes, index)) => {
+                self.stats.partial += 1;
+                let more = self
+                    .queue
+                    .update_request(&mut rq, bytes, status)
+                    .map_err(|e| format!("update_request refused our request: {e:?}"))?;
+                let io = self.queue.io(&rq).ok_or("a request has no I/O")?;
+                let (rest, rest_sectors) = (io.sector(), io.sectors());
+                let ended = if more {
+                    rest - sector
+                } else {
+                    ensure!(
+                        io.nr_bios() == 0,
+                        "update_request left nothing, and {} bios",
+                        io.nr_bios()
+                    );
+                    sectors
+                };
+                // Short of what was asked only where an error would have cut a bio whole
+                // that no split slot could park: at that bio's first sector.
+                let cut_whole = ids.iter().any(|&(_, first, _)| first == sector + ended)
+                    && pieces
+                        .iter()
+                        .any(|p| p.1 == sector + ended && !p.4.contains(BioFlags::SPLIT));
+                ensure!(
+                    ended == want || (!status.is_ok() && ended < want && cut_whole),
+                    "update_request of {bytes} bytes of {sector}+{sectors} with {status:?}: \
+                     the rest is {rest}+{rest_sectors} ({more}), {want} sectors should have \
+                     ended"
+                );
+                ensure!(
+                    !more || rest + rest_sectors == sector + sectors,
+                    "after update_request the rest {rest}+{rest_sectors} does not end where \
+                     {sector}+{sectors} did"
+                );
+                if more {
+                    let mut held = self.host.driver().held.lock();
+                    let at = index.min(held.len());
+                    held.insert(at, rq);
+                } else {
+                    // Nothing left: freed, ending nothing more.
+                    self.queue
+                        .end_request(rq, status)
+                        .map_err(|e| format!("end_request refused our request: {e:?}"))?;
+                }
+                ended
+            }
+        };
+        for (id, first, len) in ids {
+            // A flush counts as one sector ended.
+            let covered = if op == BioOp::Flush {
+                1
+            } else {
+                (first + len).min(sector + ended).saturating_sub(first)
+            };
+            if covered == 0 {
+                continue;
+            }
             let live = self
                 .live
                 .get_mut(&id)
                 .ok_or_else(|| format!("a request holds a piece of bio {id}, which ended"))?;
-            live.ended_sectors += piece_sectors;
+            live.ended_sectors += covered;
             if live.expected.is_ok() {
                 live.expected = status;
             }
         }
-        self.queue
-            .end_request(rq, status)
-            .map_err(|e| format!("end_request refused our request: {e:?}"))
+        Ok(())
     }
 
-    /// Checks the segments of data request `rq` (at `sector`, `bytes` long) and, when `moves`,
-    /// copies its bytes: onto the disk for a write, into the buffers for a read.
+    /// Checks the segments of data request `rq` (at `sector`, `bytes` long) and copies its
+    /// first `moves` bytes: onto the disk for a write, into the buffers for a read.
     fn check_and_move(
         &mut self,
         rq: &Rq,
         sector: u64,
         bytes: u64,
-        moves: bool,
+        moves: u64,
         write: bool,
     ) -> Result<(), String> {
         let walked: Vec<Segment> = self
@@ -1052,7 +1156,9 @@ impl Runner {
                     self.owner[g] as i64 - 1
                 );
             }
-            if moves {
+            let first = sector * SECTOR_SIZE;
+            let len = len.min((first + moves).saturating_sub(device) as usize);
+            if len > 0 {
                 let mem = self.base + off..self.base + off + len;
                 let disk = device as usize..device as usize + len;
                 if write {
@@ -1061,7 +1167,7 @@ impl Runner {
                     self.memory[mem].copy_from_slice(&self.disk[disk]);
                 }
             }
-            device += len as u64;
+            device += u64::from(seg.len);
         }
         Ok(())
     }
@@ -1179,7 +1285,7 @@ impl Runner {
             self.collect()?;
             let held = self.host.driver().held.lock().pop_front();
             if let Some(rq) = held {
-                self.end(rq, Status::Ok)?;
+                self.end(rq, None, Status::Ok)?;
                 continue;
             }
             if self.live.is_empty() && self.back.is_empty() {
