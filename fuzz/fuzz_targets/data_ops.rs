@@ -1,6 +1,6 @@
 //! Random data I/O with random segment layouts and queue limits — reads, writes, discards,
 //! write-zeroes and flushes, through no elevator, mq-deadline or BFQ, with plugs, merges,
-//! splits, requeues, requests turned down and errors — checked byte for byte against a model
+//! splits, requeues, partial ends, requests turned down and errors — checked byte for byte against a model
 //! disk by `blkmq_model::data`.
 //!
 //! The input is decoded with `arbitrary` (`arbitrary_take_rest` of a `(Config, Vec<Op>)`);

@@ -14,11 +14,12 @@
 //! not, crossing segment boundaries or not, and sometimes starting where the previous bio's
 //! data ended (a physically contiguous neighbour). A bio's buffer and its segment table stay
 //! the model's until its `end_io` ran. The driver holds what it takes until an op ends it
-//! (with a status), hands it back ([`RequestQueue::requeue_request`]) or turns requests down
-//! with [`Status::Resource`] or [`Status::DevResource`]. Ending a request with
-//! [`Status::Ok`] moves its bytes: a read copies the disk into the segments, a write the
-//! segments onto the disk, a discard or write-zeroes zeroes the range; any other status
-//! moves nothing.
+//! (with a status), ends its first bytes and keeps the rest
+//! ([`RequestQueue::update_request`]), hands it back ([`RequestQueue::requeue_request`]) or
+//! turns requests down with [`Status::Resource`] or [`Status::DevResource`]. Ending a
+//! request (or its first bytes) with [`Status::Ok`] moves those bytes: a read copies the
+//! disk into the segments, a write the segments onto the disk, a discard or write-zeroes
+//! zeroes the range; any other status moves nothing.
 //!
 //! Overlapping I/O is never in flight at once (ordering between overlapping requests is not
 //! the block layer's to define): an op that overlaps one in flight waits for everything in
@@ -29,8 +30,12 @@
 //!   keeps within the segment size and boundary, needs no more entries than the segments,
 //!   and, for a table too small, says how many it needs ([`SgTooSmall`]) and loses nothing;
 //! * every bio ends exactly once, after every sector of it ended in a request, with the
-//!   first error the driver gave a request holding a piece of it (or [`Status::Ok`]); a
-//!   discard or write-zeroes the device lacks ends at once with [`Status::NotSupported`];
+//!   first error the driver gave a request (or the part of one) holding a piece of it (or
+//!   [`Status::Ok`]); a discard or write-zeroes the device lacks ends at once with
+//!   [`Status::NotSupported`];
+//! * a partial end ends the whole logical blocks asked for, and no more (short of them only
+//!   where an error stops at the first sector of a bio it would cut), and leaves the rest
+//!   of the request where it was, or nothing and no bio;
 //! * every read that ends with [`Status::Ok`] returns the model disk's bytes (where a failed
 //!   write has not left them undefined), every write that ends with [`Status::Ok`] lands,
 //!   and a discard or write-zeroes reads back as zeroes: after every barrier the RAM disk
