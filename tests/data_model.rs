@@ -137,6 +137,35 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// A run of 2 to 7 I/Os of one kind, each starting where the one before ended, all plugged
+/// or none, their buffers following each other in memory or not: what merges.
+fn burst() -> impl Strategy<Value = Vec<Op>> {
+    (io(), 1usize..7, any::<bool>(), any::<bool>()).prop_map(|(first, more, plugged, follow)| {
+        let first = IoSpec { plugged, ..first };
+        let next = IoSpec {
+            place: Place::After,
+            layout: Layout {
+                follow,
+                ..first.layout
+            },
+            ..first
+        };
+        std::iter::once(first)
+            .chain(std::iter::repeat_n(next, more))
+            .map(Op::Io)
+            .collect()
+    })
+}
+
+/// Sequences of ops and bursts, at most `MAX_OPS` ops long.
+fn ops() -> impl Strategy<Value = Vec<Op>> {
+    proptest::collection::vec(
+        prop_oneof![4 => op().prop_map(|op| vec![op]), 1 => burst()],
+        0..MAX_OPS / 2,
+    )
+    .prop_map(|runs| runs.into_iter().flatten().take(MAX_OPS).collect())
+}
+
 fn check(config: &Config, ops: &[Op]) -> Result<(), TestCaseError> {
     run(config, ops).map_err(|failure| TestCaseError::fail(failure.to_string()))
 }
@@ -147,7 +176,7 @@ proptest! {
     #[test]
     fn bytes_survive_the_queue_without_an_elevator(
         config in config(0),
-        ops in proptest::collection::vec(op(), 0..MAX_OPS),
+        ops in ops(),
     ) {
         check(&config, &ops)?;
     }
@@ -155,7 +184,7 @@ proptest! {
     #[test]
     fn bytes_survive_mq_deadline(
         config in config(1),
-        ops in proptest::collection::vec(op(), 0..MAX_OPS),
+        ops in ops(),
     ) {
         check(&config, &ops)?;
     }
@@ -163,7 +192,7 @@ proptest! {
     #[test]
     fn bytes_survive_bfq(
         config in config(2),
-        ops in proptest::collection::vec(op(), 0..MAX_OPS),
+        ops in ops(),
     ) {
         check(&config, &ops)?;
     }
@@ -278,10 +307,7 @@ fn the_generated_runs_reach_every_path() {
             ProptestConfig::default(),
             TestRng::from_seed(RngAlgorithm::ChaCha, &[elevator; 32]),
         );
-        let strategy = (
-            config(elevator),
-            proptest::collection::vec(op(), 0..MAX_OPS),
-        );
+        let strategy = (config(elevator), ops());
         let mut total = Stats::default();
         for _ in 0..CASES {
             let (config, ops) = strategy.new_tree(&mut runner).unwrap().current();
