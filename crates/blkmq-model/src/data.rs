@@ -10,7 +10,7 @@
 //! [`RequestQueue::map_sg`] into a scatter-gather table that may be too small at first.
 //!
 //! Every bio's data lives in an arena of memory the model owns: its segments are real
-//! addresses into it, 512-byte aligned, of random lengths, contiguous with each other or
+//! addresses into it, aligned to the logical block size, of random lengths, contiguous with each other or
 //! not, crossing segment boundaries or not, and sometimes starting where the previous bio's
 //! data ended (a physically contiguous neighbour). A bio's buffer and its segment table stay
 //! the model's until its `end_io` ran. The driver holds what it takes until an op ends it
@@ -213,18 +213,21 @@ pub enum Place {
     Before,
 }
 
-/// How a bio's data is laid out in memory.
+/// How a bio's data is laid out in memory, in units of the logical block size (every
+/// segment's address and length a multiple of it, so that every device segment holds whole
+/// blocks).
 #[derive(Arbitrary, Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
-    /// Segments: `1 + segments % 8` (at most one per 512 bytes).
+    /// Segments: `1 + segments % 8` (at most one per block).
     pub segments: u8,
-    /// Seeds where the segments are cut (every length a multiple of 512 bytes).
+    /// Seeds where the segments are cut.
     pub sizes: u16,
-    /// Bit `i` set: a gap of 512 to 4096 bytes before segment `i + 1` (not physically
+    /// Bit `i` set: a gap of 1 to 8 blocks before segment `i + 1` (not physically
     /// contiguous with segment `i`).
     pub gaps: u8,
-    /// Where the first segment starts: `512 * (start % 8)` bytes past a 4 KiB boundary, or
-    /// before a 64 KiB one when `start & 8` (so that it crosses boundaries).
+    /// Where the first segment starts: `start % 8` blocks past a 4 KiB boundary, or
+    /// `1 + start % 8` blocks before a 64 KiB one when `start & 8` (so that it crosses
+    /// boundaries).
     pub start: u8,
     /// The first segment starts right where the previous bio's data ended in memory, when
     /// nothing was placed since (physically contiguous with it).
@@ -825,7 +828,10 @@ impl Runner {
         layout: &Layout,
         bytes: usize,
     ) -> Option<(Vec<(usize, usize)>, Vec<Segment>)> {
-        let units = bytes / GRANULE;
+        // Every address and length a multiple of the logical block size, so that every
+        // device segment holds whole blocks.
+        let unit = (self.limits.logical_block_size as usize).max(GRANULE);
+        let units = bytes / unit;
         let wanted = if layout.buffer {
             1
         } else {
@@ -847,19 +853,19 @@ impl Runner {
         let mut at = if layout.follow {
             self.next
         } else if layout.start & 8 != 0 {
-            (self.next + GRANULE * 8).next_multiple_of(ARENA_ALIGN)
-                - GRANULE * usize::from(1 + layout.start % 8)
+            (self.next + unit * 8).next_multiple_of(ARENA_ALIGN)
+                - unit * usize::from(1 + layout.start % 8)
         } else {
-            self.next.next_multiple_of(4096) + GRANULE * usize::from(layout.start % 8)
+            self.next.next_multiple_of(4096) + unit * usize::from(layout.start % 8)
         };
         let mut pieces = Vec::with_capacity(cuts.len());
         let mut table = Vec::with_capacity(cuts.len());
         let mut from = 0;
         for (i, &cut) in cuts.iter().enumerate() {
             if i > 0 && layout.gaps & (1 << ((i - 1) % 8)) != 0 {
-                at += GRANULE * (1 + random() % 8);
+                at += unit * (1 + random() % 8);
             }
-            let len = (cut - from) * GRANULE;
+            let len = (cut - from) * unit;
             if at + len > ARENA {
                 return None;
             }
