@@ -133,6 +133,7 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(index, blocks, status)| Op::Partial { index, blocks, status }),
         1 => (any::<u8>(), any::<bool>()).prop_map(|(index, kick)| Op::Requeue { index, kick }),
         1 => (any::<u8>(), any::<bool>()).prop_map(|(count, dev)| Op::Busy { count, dev }),
+        1 => any::<u8>().prop_map(|ms| Op::Service { ms }),
         1 => Just(Op::Barrier),
     ]
 }

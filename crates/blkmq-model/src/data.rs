@@ -305,6 +305,12 @@ pub enum Op {
         /// Which status.
         dev: bool,
     },
+    /// Moves the clock `1 + ms % 16` milliseconds on and runs the host's service: due
+    /// elevator timers (BFQ's idling, mq-deadline's aging) and kicked queues.
+    Service {
+        /// How far, in milliseconds.
+        ms: u8,
+    },
     /// Waits for everything in flight: the driver ends what it holds with `Ok`, the clock
     /// moves to the elevator's timers, until nothing is left.
     Barrier,
@@ -340,6 +346,7 @@ impl Op {
             Op::Partial { .. } => "partial",
             Op::Requeue { .. } => "requeue",
             Op::Busy { .. } => "busy",
+            Op::Service { .. } => "service",
             Op::Barrier => "barrier",
         }
     }
@@ -499,6 +506,20 @@ struct Live {
     refused: bool,
 }
 
+impl Live {
+    /// The arena offset of byte `byte` of the bio's data.
+    fn offset_of(&self, byte: usize) -> usize {
+        let mut left = byte;
+        for &(off, len) in &self.pieces {
+            if left < len {
+                return off + left;
+            }
+            left -= len;
+        }
+        usize::MAX
+    }
+}
+
 struct Runner {
     // The queue and host first: they drop before the tables they may read.
     queue: Arc<RequestQueue<RamDriver>>,
@@ -628,6 +649,12 @@ impl Runner {
                 driver
                     .busy
                     .store(1 + u32::from(count % 4), Ordering::Relaxed);
+            }
+            Op::Service { ms } => {
+                self.queue
+                    .platform()
+                    .advance((1 + u64::from(ms % 16)) * 1_000_000);
+                self.host.service();
             }
             Op::Barrier => self.drain()?,
         }
@@ -1156,14 +1183,18 @@ impl Runner {
                 off % GRANULE == 0 && len % GRANULE == 0,
                 "segment {seg:x?} is not where any bio's data starts"
             );
-            // Each granule belongs to the bio holding the device sectors it carries.
+            // Each granule is where the bio holding the device sector it carries keeps that
+            // sector's bytes.
             for (i, g) in (off / GRANULE..(off + len) / GRANULE).enumerate() {
                 let dev_sector = device / SECTOR_SIZE + i as u64;
                 let id = self.owner_of(dev_sector, 1)?;
+                let live = &self.live[&id];
+                let expected = live.offset_of((dev_sector - live.sector) as usize * GRANULE);
                 ensure!(
-                    self.owner[g] == id + 1,
-                    "segment {seg:x?} carries sector {dev_sector} (bio {id}) from memory of \
-                     bio {}",
+                    g * GRANULE == expected,
+                    "segment {seg:x?} carries sector {dev_sector} of bio {id} from arena \
+                     offset {:#x} (of bio {}), where the bio keeps it at {expected:#x}",
+                    g * GRANULE,
                     self.owner[g] as i64 - 1
                 );
             }
