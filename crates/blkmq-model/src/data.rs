@@ -19,7 +19,9 @@
 //! turns requests down with [`Status::Resource`] or [`Status::DevResource`]. Ending a
 //! request (or its first bytes) with [`Status::Ok`] moves those bytes: a read copies the
 //! disk into the segments, a write the segments onto the disk, a discard or write-zeroes
-//! zeroes the range; any other status moves nothing.
+//! zeroes the range; any other status moves nothing. The platform is deterministic: one
+//! CPU, and a clock that moves only when an op (or a barrier waiting on an elevator's timer)
+//! moves it.
 //!
 //! Overlapping I/O is never in flight at once (ordering between overlapping requests is not
 //! the block layer's to define): an op that overlaps one in flight waits for everything in
