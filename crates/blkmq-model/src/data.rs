@@ -10,9 +10,9 @@
 //! [`RequestQueue::map_sg`] into a scatter-gather table that may be too small at first.
 //!
 //! Every bio's data lives in an arena of memory the model owns: its segments are real
-//! addresses into it, aligned to the logical block size, of random lengths, contiguous with each other or
-//! not, crossing segment boundaries or not, and sometimes starting where the previous bio's
-//! data ended (a physically contiguous neighbour). A bio's buffer and its segment table stay
+//! addresses into it, aligned to the logical block size, of random lengths, contiguous with
+//! each other or not, crossing segment boundaries or not, and sometimes starting where the
+//! previous bio's data ended (a physically contiguous neighbour). A bio's buffer and its segment table stay
 //! the model's until its `end_io` ran. The driver holds what it takes until an op ends it
 //! (with a status), ends its first bytes and keeps the rest
 //! ([`RequestQueue::update_request`]), hands it back ([`RequestQueue::requeue_request`]) or
@@ -27,10 +27,11 @@
 //! the block layer's to define): an op that overlaps one in flight waits for everything in
 //! flight to end first, as a barrier. [`run`] checks:
 //!
-//! * every segment the driver is handed lies in the buffer of the bio whose sectors it
-//!   carries, the segments of a request add up to its bytes, and a scatter-gather mapping
-//!   keeps within the segment size and boundary, needs no more entries than the segments,
-//!   and, for a table too small, says how many it needs ([`SgTooSmall`]) and loses nothing;
+//! * every segment the driver is handed is where the bio holding the sectors it carries
+//!   keeps their bytes, the segments of a request add up to its bytes, and a scatter-gather
+//!   mapping keeps within the segment size and boundary, needs no more entries than the
+//!   segments cut to those, and, for a table too small, says how many it needs
+//!   ([`SgTooSmall`]) and loses nothing;
 //! * every bio ends exactly once, after every sector of it ended in a request, with the
 //!   first error the driver gave a request (or the part of one) holding a piece of it (or
 //!   [`Status::Ok`]); a discard or write-zeroes the device lacks ends at once with
@@ -64,8 +65,12 @@
 //!     rotational: false,
 //! };
 //! let config = Config { elevator: 0, depth: 3, map_sg: true, sg_entries: 1, limits };
-//! let layout = Layout { segments: 3, sizes: 7, gaps: 0b01, start: 2, follow: false, buffer: false };
-//! let io = |kind, place| Op::Io(IoSpec { kind, place, blocks: 24, layout, plugged: false, issuer: 0, sync: false });
+//! let layout =
+//!     Layout { segments: 3, sizes: 7, gaps: 0b01, start: 2, follow: false, buffer: false };
+//! let io = |kind, place| {
+//!     let (plugged, issuer, sync) = (false, 0, false);
+//!     Op::Io(IoSpec { kind, place, blocks: 24, layout, plugged, issuer, sync })
+//! };
 //! let ops = [
 //!     io(4, Place::At(0)), // a write of 12 KiB in three segments, split in two requests
 //!     Op::End { index: 0, status: 0 },
