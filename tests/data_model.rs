@@ -129,7 +129,11 @@ fn op() -> impl Strategy<Value = Op> {
         6 => (any::<u8>(), prop_oneof![4 => Just(0u8), 1 => any::<u8>()])
             .prop_map(|(index, status)| Op::End { index, status }),
         // Mostly `Ok`, and within the request.
-        3 => (any::<u8>(), prop_oneof![3 => 0u8..64, 1 => any::<u8>()], prop_oneof![3 => Just(0u8), 1 => any::<u8>()])
+        3 => (
+            any::<u8>(),
+            prop_oneof![3 => 0u8..64, 1 => any::<u8>()],
+            prop_oneof![3 => Just(0u8), 1 => any::<u8>()],
+        )
             .prop_map(|(index, blocks, status)| Op::Partial { index, blocks, status }),
         1 => (any::<u8>(), any::<bool>()).prop_map(|(index, kick)| Op::Requeue { index, kick }),
         1 => (any::<u8>(), any::<bool>()).prop_map(|(count, dev)| Op::Busy { count, dev }),

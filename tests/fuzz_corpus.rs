@@ -1,6 +1,6 @@
 //! Replays the checked-in seed corpora of the fuzz targets (`sbitmap_ops`, `tagset_ops`,
-//! `queue_ops`, `deadline_ops`, `bfq_ops`, `data_ops`) on stable, so that every `cargo test` runs what the
-//! fuzzer found interesting, without nightly or libFuzzer.
+//! `queue_ops`, `deadline_ops`, `bfq_ops`, `data_ops`) on stable, so that every `cargo test`
+//! runs what the fuzzer found interesting, without nightly or libFuzzer.
 //!
 //! Each file in `fuzz/seeds/<target>/` is decoded exactly as `fuzz_target!` decodes its input
 //! (`arbitrary_take_rest` of a `(Config, Vec<Op>)`, after the same minimum-length check) and run

@@ -1,7 +1,7 @@
 //! Random data I/O with random segment layouts and queue limits — reads, writes, discards,
 //! write-zeroes and flushes, through no elevator, mq-deadline or BFQ, with plugs, merges,
-//! splits, requeues, partial ends, requests turned down and errors — checked byte for byte against a model
-//! disk by `blkmq_model::data`.
+//! splits, requeues, partial ends, requests turned down and errors — checked byte for byte
+//! against a model disk by `blkmq_model::data`.
 //!
 //! The input is decoded with `arbitrary` (`arbitrary_take_rest` of a `(Config, Vec<Op>)`);
 //! `tests/fuzz_corpus.rs` decodes the checked-in seeds the same way on stable.

@@ -2,8 +2,8 @@
 //! `queue_rq`, `end_request` — touch no heap, with and without an elevator, completed one at a
 //! time inside `queue_rq` or in batches, through a plug made once and reused or a fresh plug
 //! per batch, with merges and with splits, and with bios of many segments that the driver
-//! walks and maps to a scatter-gather table. Measured with a counting allocator on the submitting thread (everything here
-//! runs on it).
+//! walks and maps to a scatter-gather table. Measured with a counting allocator on the
+//! submitting thread (everything here runs on it).
 //!
 //! Set `ALLOC_BACKTRACE=1` to have a failing run print where its first allocation came
 //! from.

@@ -12,16 +12,15 @@
 //! Every bio's data lives in an arena of memory the model owns: its segments are real
 //! addresses into it, aligned to the logical block size, of random lengths, contiguous with
 //! each other or not, crossing segment boundaries or not, and sometimes starting where the
-//! previous bio's data ended (a physically contiguous neighbour). A bio's buffer and its segment table stay
-//! the model's until its `end_io` ran. The driver holds what it takes until an op ends it
-//! (with a status), ends its first bytes and keeps the rest
+//! previous bio's data ended (a physically contiguous neighbour). A bio's buffer and its
+//! segment table stay the model's until its `end_io` ran. The driver holds what it takes until
+//! an op ends it (with a status), ends its first bytes and keeps the rest
 //! ([`RequestQueue::update_request`]), hands it back ([`RequestQueue::requeue_request`]) or
-//! turns requests down with [`Status::Resource`] or [`Status::DevResource`]. Ending a
-//! request (or its first bytes) with [`Status::Ok`] moves those bytes: a read copies the
-//! disk into the segments, a write the segments onto the disk, a discard or write-zeroes
-//! zeroes the range; any other status moves nothing. The platform is deterministic: one
-//! CPU, and a clock that moves only when an op (or a barrier waiting on an elevator's timer)
-//! moves it.
+//! turns requests down with [`Status::Resource`] or [`Status::DevResource`]. Ending a request
+//! (or its first bytes) with [`Status::Ok`] moves those bytes: a read copies the disk into the
+//! segments, a write the segments onto the disk, a discard or write-zeroes zeroes the range;
+//! any other status moves nothing. The platform is deterministic: one CPU, and a clock that
+//! moves only when an op (or a barrier waiting on an elevator's timer) moves it.
 //!
 //! Overlapping I/O is never in flight at once (ordering between overlapping requests is not
 //! the block layer's to define): an op that overlaps one in flight waits for everything in
