@@ -110,7 +110,35 @@ impl<D: Driver> RequestQueue<D> {
         self.submit_inner(bio, Some(plug))
     }
 
-    fn submit_inner<'q>(&'q self, bio: Bio, mut plug: Option<&mut Plug<'q, D>>) -> Result<(), Bio> {
+    fn submit_inner<'q>(&'q self, bio: Bio, plug: Option<&mut Plug<'q, D>>) -> Result<(), Bio> {
+        if super::flush::is_flush_bio(&bio) {
+            return self.submit_flush_bio(bio, plug);
+        }
+        self.submit_prepared(bio, plug)
+    }
+
+    /// A flush, or a bio with a flag of one: on a device with no cache to flush, the flags
+    /// are dropped first and an empty flush ends at once; a bio that comes back has its
+    /// flags again, as it went in.
+    #[cold]
+    #[inline(never)]
+    fn submit_flush_bio<'q>(&'q self, bio: Bio, plug: Option<&mut Plug<'q, D>>) -> Result<(), Bio> {
+        let flags = bio.flags & (BioFlags::PREFLUSH | BioFlags::FUA);
+        let Some(bio) = self.flush_prepare(bio) else {
+            return Ok(());
+        };
+        self.submit_prepared(bio, plug).map_err(|mut back| {
+            back.flags |= flags;
+            back
+        })
+    }
+
+    #[inline(always)]
+    fn submit_prepared<'q>(
+        &'q self,
+        bio: Bio,
+        mut plug: Option<&mut Plug<'q, D>>,
+    ) -> Result<(), Bio> {
         // The common bio in a few steps: no piece of a split, valid, one request whole.
         if !bio.flags.contains(BioFlags::SPLIT) && self.limits.fits_whole(&bio) {
             return match plug {
@@ -218,9 +246,13 @@ impl<D: Driver> RequestQueue<D> {
             return Ok(());
         };
         let mergeable = crate::merge::mergeable(bio.op, bio.flags);
+        // A flush step to take: the flush sequence has the request (`flush.rs`). A bio that
+        // may merge has no flush flag: the one test it pays is the one made above.
+        let sequenced = !mergeable && self.flush_sequenced(bio);
         // Read with the usage reference held: an elevator switch freezes the queue first,
         // so one that came in since the caller looked shows now. Flushes bypass it.
-        let elevated = self.has_elevator.load(Ordering::Relaxed) && bio.op != Op::Flush;
+        let elevated =
+            self.has_elevator.load(Ordering::Relaxed) && bio.op != Op::Flush && !sequenced;
         let segments = if whole {
             // One data segment: `fits_whole` said so.
             debug_assert_eq!(self.limits.segments(bio.op, bio.sector, bio.sectors), 1);
@@ -265,6 +297,7 @@ impl<D: Driver> RequestQueue<D> {
         // INVARIANT: the request holds the usage reference until it is freed.
         usage.hand_to_request();
         match plug {
+            _ if sequenced => self.flush_insert(rq),
             Some(plug) => plug.add(self, rq),
             // The common submission: issued at once on an idle hardware queue.
             None if !elevated && bio.op != Op::Flush => self.issue_direct(rq, cpu, hctx, kind),

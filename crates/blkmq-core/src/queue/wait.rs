@@ -213,7 +213,10 @@ impl<D: Driver> RequestQueue<D> {
             None => (self.cpu(), 0),
         };
         let mut alloc = Alloc::new(hctx, cpu);
-        if self.has_elevator.load(Ordering::Relaxed) && bio.op != Op::Flush {
+        if self.has_elevator.load(Ordering::Relaxed)
+            && bio.op != Op::Flush
+            && !self.flush_sequenced(bio)
+        {
             alloc.shallow_depth = self
                 .elevator
                 .lock()
