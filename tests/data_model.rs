@@ -1,4 +1,5 @@
-//! The data path's model test: random reads, writes, discards, write-zeroes and flushes with
+//! The data path's model test: random reads, writes (with PREFLUSH and FUA), discards,
+//! write-zeroes and flushes, on devices with and without a write cache, with
 //! random segment layouts and queue limits, through no elevator, mq-deadline and BFQ, with
 //! plugs and adjacent bios that merge, bios split to the limits, requests the driver turns
 //! down, hands back or ends in part, and errors, checked byte for byte against a model disk by
@@ -31,7 +32,7 @@ fn limits() -> impl Strategy<Value = LimitsSpec> {
         proptest::option::weighted(0.4, any::<u8>()),
         proptest::option::weighted(0.7, any::<u8>()),
         proptest::option::weighted(0.7, any::<u8>()),
-        any::<bool>(),
+        (any::<bool>(), any::<bool>(), any::<bool>()),
     )
         .prop_map(
             |(
@@ -44,7 +45,7 @@ fn limits() -> impl Strategy<Value = LimitsSpec> {
                 chunk,
                 discard,
                 write_zeroes,
-                rotational,
+                (rotational, write_cache, fua),
             )| LimitsSpec {
                 capacity,
                 block_shift,
@@ -56,6 +57,8 @@ fn limits() -> impl Strategy<Value = LimitsSpec> {
                 discard,
                 write_zeroes,
                 rotational,
+                write_cache,
+                fua,
             },
         )
 }
@@ -106,9 +109,11 @@ fn io() -> impl Strategy<Value = IoSpec> {
         proptest::bool::weighted(0.5),
         any::<u8>(),
         any::<bool>(),
+        // Mostly neither PREFLUSH nor FUA.
+        prop_oneof![3 => Just(0u8), 1 => any::<u8>()],
     )
         .prop_map(
-            |(kind, place, blocks, layout, plugged, issuer, sync)| IoSpec {
+            |(kind, place, blocks, layout, plugged, issuer, sync, flush)| IoSpec {
                 kind,
                 place,
                 blocks,
@@ -116,6 +121,7 @@ fn io() -> impl Strategy<Value = IoSpec> {
                 plugged,
                 issuer,
                 sync,
+                flush,
             },
         )
 }
@@ -228,6 +234,8 @@ fn a_split_write_reads_back() {
         discard: Some(0),
         write_zeroes: None,
         rotational: false,
+        write_cache: true,
+        fua: false,
     };
     for elevator in 0..3 {
         for map_sg in [false, true] {
@@ -255,6 +263,7 @@ fn a_split_write_reads_back() {
                     plugged: false,
                     issuer: 0,
                     sync: true,
+                    flush: 3,
                 })
             };
             let ops = [
@@ -329,6 +338,7 @@ fn the_generated_runs_reach_every_path() {
             joined,
             sg_too_small,
             partial,
+            flushes,
             requeued,
             turned_down,
             barriers,
@@ -345,6 +355,7 @@ fn the_generated_runs_reach_every_path() {
             ("joined mappings", joined),
             ("tables too small", sg_too_small),
             ("partial ends", partial),
+            ("flush requests", flushes),
             ("requeues", requeued),
             ("requests turned down", turned_down),
             ("barriers", barriers),

@@ -5,9 +5,10 @@
 //!
 //! A [`Config`] says what to build: a host of one hardware queue with 1 to 8 tags, one
 //! request queue with random [`QueueLimits`] (logical block size, request size, segment
-//! count, size and boundary, chunks, discard and write-zeroes) and an elevator, and how the
-//! driver reaches a request's bytes: by walking [`RequestQueue::segments`], or through
-//! [`RequestQueue::map_sg`] into a scatter-gather table that may be too small at first.
+//! count, size and boundary, chunks, discard and write-zeroes, a write cache and FUA) and an
+//! elevator, and how the driver reaches a request's bytes: by walking
+//! [`RequestQueue::segments`], or through [`RequestQueue::map_sg`] into a scatter-gather
+//! table that may be too small at first.
 //!
 //! Every bio's data lives in an arena of memory the model owns: its segments are real
 //! addresses into it, aligned to the logical block size, of random lengths, contiguous with
@@ -42,6 +43,10 @@
 //!   write has not left them undefined), every write that ends with [`Status::Ok`] lands,
 //!   and a discard or write-zeroes reads back as zeroes: after every barrier the RAM disk
 //!   equals the model disk;
+//! * flushes ([`BioOp::Flush`] bios, and the writes with [`BioFlags::PREFLUSH`] or
+//!   [`BioFlags::FUA`] the flush sequence serves) reach the driver only on a device with a
+//!   write cache, as empty requests; no request keeps FUA on a device without it; every
+//!   flush bio and every such write ends once, with its status;
 //! * at the end, once everything drained, nothing is left in flight, no bio is outstanding
 //!   and every tag is free.
 //!
@@ -62,13 +67,15 @@
 //!     discard: Some(0),
 //!     write_zeroes: None,
 //!     rotational: false,
+//!     write_cache: true,
+//!     fua: false,
 //! };
 //! let config = Config { elevator: 0, depth: 3, map_sg: true, sg_entries: 1, limits };
 //! let layout =
 //!     Layout { segments: 3, sizes: 7, gaps: 0b01, start: 2, follow: false, buffer: false };
 //! let io = |kind, place| {
-//!     let (plugged, issuer, sync) = (false, 0, false);
-//!     Op::Io(IoSpec { kind, place, blocks: 24, layout, plugged, issuer, sync })
+//!     let (plugged, issuer, sync, flush) = (false, 0, false, 0);
+//!     Op::Io(IoSpec { kind, place, blocks: 24, layout, plugged, issuer, sync, flush })
 //! };
 //! let ops = [
 //!     io(4, Place::At(0)), // a write of 12 KiB in three segments, split in two requests
@@ -180,6 +187,10 @@ pub struct LimitsSpec {
     pub write_zeroes: Option<u8>,
     /// `rotational`.
     pub rotational: bool,
+    /// `write_cache`: the device has a volatile cache, so flushes reach the driver.
+    pub write_cache: bool,
+    /// `fua`: the device honours [`BioFlags::FUA`] (else the queue emulates it).
+    pub fua: bool,
 }
 
 impl LimitsSpec {
@@ -203,6 +214,8 @@ impl LimitsSpec {
             max_discard_sectors: self.discard.map_or(0, |d| b * (1 + u32::from(d % 32))),
             max_write_zeroes_sectors: self.write_zeroes.map_or(0, |d| b * (1 + u32::from(d % 32))),
             rotational: self.rotational,
+            write_cache: self.write_cache,
+            fua: self.fua,
             ..QueueLimits::new(512 * (1 + u64::from(self.capacity % 4)))
         }
     }
@@ -260,6 +273,8 @@ pub struct IoSpec {
     pub issuer: u8,
     /// [`BioFlags::SYNC`] on a write.
     pub sync: bool,
+    /// On a write, `flush & 1`: [`BioFlags::PREFLUSH`]; `flush & 2`: [`BioFlags::FUA`].
+    pub flush: u8,
 }
 
 /// One step of a run.
@@ -275,7 +290,8 @@ pub enum Op {
     /// Flushes the plug.
     Unplug,
     /// The driver ends held request `index % held` with `END_STATUSES[status % 5]`
-    /// (`Ok`, `IoErr`, `Medium`, `NoSpace`, `Protection`), moving its bytes on `Ok`.
+    /// (`Ok`, `IoErr`, `Medium`, `NoSpace`, `Protection`), moving its bytes on `Ok`; a flush
+    /// request always with `Ok`.
     End {
         /// Which held request.
         index: u8,
@@ -377,6 +393,8 @@ pub struct Stats {
     pub sg_too_small: u64,
     /// Partial ends ([`RequestQueue::update_request`]).
     pub partial: u64,
+    /// Flush requests the driver ended.
+    pub flushes: u64,
     /// Requests the driver handed back.
     pub requeued: u64,
     /// Requests the driver turned down.
@@ -402,6 +420,7 @@ impl Stats {
         self.joined += other.joined;
         self.sg_too_small += other.sg_too_small;
         self.partial += other.partial;
+        self.flushes += other.flushes;
         self.requeued += other.requeued;
         self.turned_down += other.turned_down;
         self.barriers += other.barriers;
@@ -810,8 +829,12 @@ impl Runner {
         let mut bio = Bio::new(op, sector, sectors)
             .issuer(IssuerId(1 + u32::from(io.issuer % 3)))
             .end_io(end_io);
-        if op == BioOp::Write && io.sync {
-            bio = bio.flags(BioFlags::SYNC);
+        if op == BioOp::Write {
+            let mut flags = BioFlags::empty();
+            flags.set(BioFlags::SYNC, io.sync);
+            flags.set(BioFlags::PREFLUSH, io.flush & 1 != 0);
+            flags.set(BioFlags::FUA, io.flush & 2 != 0);
+            bio = bio.flags(flags);
         }
         if op == BioOp::Write {
             // What the write carries: every sector of every write different.
@@ -972,8 +995,13 @@ impl Runner {
                 },
             "a {op:?} request of {sectors} sectors carries {data_bytes} bytes"
         );
-        // An empty flush has no bytes to end in part.
-        let part = part.filter(|_| op != BioOp::Flush);
+        ensure!(
+            !io.flags().contains(BioFlags::FUA) || self.limits.fua,
+            "a {op:?} request at {sector} keeps FUA on a device without it"
+        );
+        if op == BioOp::Flush {
+            return self.end_flush(rq, sectors);
+        }
         // Which bios it holds.
         let mut pieces = Vec::new();
         self.queue.for_each_bio(&rq, |bio| {
@@ -981,19 +1009,14 @@ impl Runner {
         });
         let mut at = sector;
         let mut ids = Vec::with_capacity(pieces.len());
-        for &(piece_op, piece_sector, piece_sectors, private, flags) in &pieces {
+        for &(piece_op, piece_sector, piece_sectors, _, _) in &pieces {
             ensure!(piece_op == op, "a {op:?} request holds a {piece_op:?} bio");
-            let id = if op == BioOp::Flush {
-                ensure!(!flags.contains(BioFlags::SPLIT), "a flush was split");
-                private
-            } else {
-                ensure!(
-                    piece_sector == at,
-                    "request at {sector}: a bio at {piece_sector}, expected {at}"
-                );
-                at += u64::from(piece_sectors);
-                self.owner_of(piece_sector, u64::from(piece_sectors))?
-            };
+            ensure!(
+                piece_sector == at,
+                "request at {sector}: a bio at {piece_sector}, expected {at}"
+            );
+            at += u64::from(piece_sectors);
+            let id = self.owner_of(piece_sector, u64::from(piece_sectors))?;
             ids.push((id, piece_sector, u64::from(piece_sectors)));
         }
         if status.is_ok() {
@@ -1004,7 +1027,7 @@ impl Runner {
         self.stats.merged += u64::from(pieces.len() > 1);
         self.stats.split += u64::from(pieces.iter().any(|p| p.4.contains(BioFlags::SPLIT)));
         ensure!(
-            op == BioOp::Flush || at == sector + sectors,
+            at == sector + sectors,
             "request {sector}+{sectors}: its bios end at {at}"
         );
         // The sectors the driver ends: whole logical blocks, at most the request.
@@ -1020,7 +1043,7 @@ impl Runner {
         };
         if op.has_data() {
             self.check_and_move(&rq, sector, data_bytes, moved, op == BioOp::Write)?;
-        } else if op != BioOp::Flush {
+        } else {
             let range = (sector * SECTOR_SIZE) as usize..(sector * SECTOR_SIZE + moved) as usize;
             self.disk[range].fill(0);
         }
@@ -1080,12 +1103,7 @@ impl Runner {
             }
         };
         for (id, first, len) in ids {
-            // A flush counts as one sector ended.
-            let covered = if op == BioOp::Flush {
-                1
-            } else {
-                (first + len).min(sector + ended).saturating_sub(first)
-            };
+            let covered = (first + len).min(sector + ended).saturating_sub(first);
             if covered == 0 {
                 continue;
             }
@@ -1099,6 +1117,25 @@ impl Runner {
             }
         }
         Ok(())
+    }
+
+    /// The driver ends a flush request: empty, and always `Ok` (the RAM disk has no cache
+    /// to lose). Which bios a flush serves is the flush sequence's business; a flush bio's
+    /// end is checked for its status alone.
+    fn end_flush(&mut self, rq: Rq, sectors: u64) -> Result<(), String> {
+        ensure!(
+            self.limits.write_cache,
+            "a flush reached the driver of a device without a write cache"
+        );
+        let segments = self.queue.segments(&rq).map_or(0, Iterator::count);
+        ensure!(
+            sectors == 0 && segments == 0,
+            "a flush request of {sectors} sectors and {segments} segments"
+        );
+        self.stats.flushes += 1;
+        self.queue
+            .end_request(rq, Status::Ok)
+            .map_err(|e| format!("end_request refused our flush: {e:?}"))
     }
 
     /// Checks the segments of data request `rq` (at `sector`, `bytes` long) and copies its
@@ -1259,13 +1296,10 @@ impl Runner {
                 "{what} ended with {status:?}, the driver gave {:?}",
                 live.expected
             );
-            let sectors = if live.op == BioOp::Flush {
-                1
-            } else {
-                u64::from(live.sectors)
-            };
             ensure!(
-                live.refused || live.ended_sectors == sectors,
+                live.refused
+                    || live.op == BioOp::Flush
+                    || live.ended_sectors == u64::from(live.sectors),
                 "{what} ended with {} of its sectors ended in requests",
                 live.ended_sectors
             );
