@@ -1,18 +1,19 @@
 //! Replays the checked-in seed corpora of the fuzz targets (`sbitmap_ops`, `tagset_ops`,
-//! `queue_ops`, `deadline_ops`, `bfq_ops`) on stable, so that every `cargo test` runs what the
-//! fuzzer found interesting, without nightly or libFuzzer.
+//! `queue_ops`, `deadline_ops`, `bfq_ops`, `data_ops`) on stable, so that every `cargo test`
+//! runs what the fuzzer found interesting, without nightly or libFuzzer.
 //!
 //! Each file in `fuzz/seeds/<target>/` is decoded exactly as `fuzz_target!` decodes its input
-//! (`arbitrary_take_rest` of a `(Config, Vec<Op>)`, after the same minimum-length check) and run
-//! through the same model. A corpus must exist, every seed must decode, and together the seeds
-//! must reach every op kind and the target's configuration modes (for `sbitmap_ops` both
-//! allocation modes and both targets; for `tagset_ops` per-queue and shared host tags, each with
-//! and without scheduler tags; for `queue_ops` per-queue and shared host tags, with and without
-//! an elevator, each with a driver taking requests one at a time and in batches; for
+//! (`arbitrary_take_rest` of a `(Config, Vec<Op>)`, after the same minimum-length check) and
+//! run through the same model. A corpus must exist, every seed must decode, and together the
+//! seeds must reach every op kind and the target's configuration modes (for `sbitmap_ops` both
+//! allocation modes and both targets; for `tagset_ops` per-queue and shared host tags, each
+//! with and without scheduler tags; for `queue_ops` per-queue and shared host tags, with and
+//! without an elevator, each with a driver taking requests one at a time and in batches; for
 //! `deadline_ops` one and two hardware queues, each with per-queue and shared host tags; for
 //! `bfq_ops` one and two hardware queues, each on a rotational device and not, each with
-//! `low_latency` on and off), so a corpus that goes missing or stale fails here instead of
-//! silently testing nothing.
+//! `low_latency` on and off; for `data_ops` each elevator, its driver walking segments and
+//! mapping them, and devices with and without a write cache), so a corpus that goes missing or
+//! stale fails here instead of silently testing nothing.
 
 // The models run real atomics, which loom's only work inside `loom::model`.
 #![cfg(not(loom))]
@@ -195,4 +196,29 @@ fn bfq_seed_corpus_passes_the_model() {
         8,
         "seeds cover only (hardware queues, rotational, low_latency) = {modes:?}"
     );
+}
+
+#[test]
+fn data_seed_corpus_passes_the_model() {
+    use blkmq_model::data::{Config, ELEVATORS, Op, run};
+
+    let (kinds, modes) = replay(
+        "data_ops",
+        |(config, ops): &(Config, Vec<Op>)| run(config, ops),
+        |(config, ops)| {
+            let kinds = ops.iter().map(Op::kind).collect();
+            let elevator = ELEVATORS[usize::from(config.elevator) % ELEVATORS.len()];
+            (kinds, (elevator, config.map_sg, config.limits.write_cache))
+        },
+    );
+    let missing = missing(Op::KINDS, &kinds);
+    assert!(missing.is_empty(), "no seed has an op of kind {missing:?}");
+    let drivers: BTreeSet<_> = modes.iter().map(|&(e, m, _)| (e, m)).collect();
+    assert_eq!(
+        drivers.len(),
+        6,
+        "seeds cover only (elevator, map_sg) = {drivers:?}"
+    );
+    let caches: BTreeSet<_> = modes.iter().map(|&(_, _, c)| c).collect();
+    assert_eq!(caches.len(), 2, "seeds cover only write_cache = {caches:?}");
 }

@@ -1,8 +1,9 @@
 //! The request queue's steady state allocates nothing: once warmed up, 10,000 I/Os — submit,
 //! `queue_rq`, `end_request` — touch no heap, with and without an elevator, completed one at a
 //! time inside `queue_rq` or in batches, through a plug made once and reused or a fresh plug
-//! per batch, with merges and with splits. Measured with a counting allocator on the submitting thread (everything here
-//! runs on it).
+//! per batch, with merges and with splits, and with bios of many segments that the driver
+//! walks and maps to a scatter-gather table. Measured with a counting allocator on the
+//! submitting thread (everything here runs on it).
 //!
 //! Set `ALLOC_BACKTRACE=1` to have a failing run print where its first allocation came
 //! from.
@@ -22,7 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use blkmq_core::{
     Bio, Driver, HctxCx, Host, Op, Platform, Plug, QueueConfig, QueueLimits, Rejected, RequestInit,
-    RequestQueue, Rq, Status, TagSet,
+    RequestQueue, Rq, Segment, Status, TagSet,
 };
 
 /// I/Os counted per configuration.
@@ -78,12 +79,15 @@ fn ended() -> u64 {
 
 /// A null driver: takes every request and, `inline`, ends it inside `queue_rq`; else holds it
 /// (in room made once) for the test to end in a batch, up to `cap` at a time (then it is busy:
-/// [`Status::Resource`]). Counts the requests it takes.
+/// [`Status::Resource`]). Counts the requests it takes. With `map`, it walks each request's
+/// segments and maps them into a scatter-gather table on its stack, counting the bytes.
 struct Null {
     inline: bool,
     cap: usize,
+    map: bool,
     held: Mutex<Vec<Rq>>,
     requests: AtomicU64,
+    mapped: AtomicU64,
 }
 
 impl Null {
@@ -91,8 +95,10 @@ impl Null {
         Self {
             inline,
             cap: usize::MAX,
+            map: false,
             held: Mutex::new(Vec::with_capacity(64)),
             requests: AtomicU64::new(0),
+            mapped: AtomicU64::new(0),
         }
     }
 
@@ -108,6 +114,19 @@ impl Driver for Null {
     fn init_request(&self, _: RequestInit) {}
 
     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _last: bool) -> Result<(), Rejected> {
+        if self.map {
+            let walked: u64 = cx
+                .queue()
+                .segments(&rq)
+                .unwrap()
+                .map(|seg| u64::from(seg.len))
+                .sum();
+            let mut sg = [Segment::default(); 128];
+            let used = cx.queue().map_sg(&rq, &mut sg).unwrap();
+            let mapped: u64 = sg[..used].iter().map(|seg| u64::from(seg.len)).sum();
+            assert_eq!(walked, mapped);
+            self.mapped.fetch_add(mapped, Ordering::Relaxed);
+        }
         if self.inline {
             self.requests.fetch_add(1, Ordering::Relaxed);
             cx.queue().end_request(rq, Status::Ok).unwrap();
@@ -432,4 +451,103 @@ fn merges_behind_a_busy_driver_allocate_nothing() {
         (host.set().busy(), host.in_driver(), queue.usage()),
         (0, 0, 0)
     );
+}
+
+/// `N` segments of `len` bytes: the first `joined` physically contiguous, the rest 1 MiB
+/// apart.
+const fn table<const N: usize>(len: u32, joined: usize) -> [Segment; N] {
+    let mut table = [Segment::new(0, 0); N];
+    let mut i = 0;
+    while i < N {
+        let addr = if i < joined {
+            0x1000_0000 + i as u64 * len as u64
+        } else {
+            0x2000_0000 + i as u64 * 0x10_0000
+        };
+        table[i] = Segment::new(addr, len);
+        i += 1;
+    }
+    table
+}
+
+/// One 4 KiB bio in eight 512-byte segments, the first two contiguous.
+static EIGHT: [Segment; 8] = table(512, 2);
+
+/// One 128 KiB bio in sixteen 8 KiB segments, the first four contiguous.
+static SIXTEEN: [Segment; 16] = table(8192, 4);
+
+#[test]
+fn multi_segment_bios_allocate_nothing() {
+    // Merges: eight contiguous bios of eight segments each in a plug, one request, walked
+    // and mapped by the driver.
+    let driver = Null {
+        map: true,
+        ..Null::new(true)
+    };
+    let (host, queue) = build_with(driver, LIMITS, false);
+    let mut plug = Plug::new();
+    let mut run = |from: u64, n: u64| {
+        for i in from..from + n {
+            let sector = (i / 8 % 256) * 4096 + (i % 8) * 8;
+            let bio = bio(Op::Write, sector).segments(&EIGHT);
+            queue.submit_plugged(&mut plug, bio).unwrap();
+            if i % 8 == 7 {
+                plug.flush();
+            }
+        }
+    };
+    run(0, 800);
+    let before = ended();
+    let requests = host.driver().requests();
+    let mapped = host.driver().mapped.load(Ordering::Relaxed);
+    assert_no_alloc("multi-segment merges", || run(800, IOS));
+    assert_eq!(ended() - before, IOS);
+    assert_eq!(
+        host.driver().requests() - requests,
+        IOS / 8,
+        "eight bios to a request"
+    );
+    assert_eq!(
+        host.driver().mapped.load(Ordering::Relaxed) - mapped,
+        IOS * 4096
+    );
+    assert_eq!(host.set().bio_slots_in_use(), 0);
+
+    // Splits: each 128 KiB bio of sixteen segments is four requests' worth, its pieces
+    // sharing the table from their own positions; through the FIFO elevator too.
+    let limits = QueueLimits {
+        max_sectors: 64,
+        ..LIMITS
+    };
+    for elevator in [false, true] {
+        let driver = Null {
+            map: true,
+            ..Null::new(true)
+        };
+        let (host, queue) = build_with(driver, limits, elevator);
+        let run = |from: u64, n: u64| {
+            for i in from..from + n {
+                let bio = Bio::new(Op::Read, scattered(i), 256)
+                    .segments(&SIXTEEN)
+                    .end_io(done);
+                queue.submit(bio).unwrap();
+            }
+        };
+        run(0, 100);
+        let before = ended();
+        let requests = host.driver().requests();
+        let mapped = host.driver().mapped.load(Ordering::Relaxed);
+        assert_no_alloc("multi-segment splits", || run(100, IOS));
+        assert_eq!(ended() - before, IOS);
+        assert_eq!(
+            host.driver().requests() - requests,
+            4 * IOS,
+            "four pieces a bio"
+        );
+        assert_eq!(
+            host.driver().mapped.load(Ordering::Relaxed) - mapped,
+            IOS * 256 * 512
+        );
+        assert_eq!((host.set().busy(), queue.usage()), (0, 0));
+    }
 }

@@ -13,7 +13,9 @@
 //! * [`queue`]: a `Host` and its `RequestQueue`s over a scripted driver;
 //! * [`elv`]: the request queue's side of an elevator, which the schedulers' models drive;
 //! * [`deadline`]: mq-deadline (`blkmq-sched-deadline`) over the [`elv`] harness;
-//! * [`bfq`]: BFQ (`blkmq-sched-bfq`) over the [`elv`] harness.
+//! * [`bfq`]: BFQ (`blkmq-sched-bfq`) over the [`elv`] harness;
+//! * [`data`]: the data path byte for byte, through no elevator, mq-deadline and BFQ, to a
+//!   RAM disk that moves every byte through the requests' segments.
 //!
 //! The crate is not published: the library crates carry no test support, and everything here
 //! reaches them through their public API only.
@@ -26,7 +28,8 @@
 //! ```
 
 #![deny(unsafe_op_in_unsafe_fn)]
-#![forbid(unsafe_code)]
+// Only `data` lends the queue segment tables it owns (`Bio::segments_raw`).
+#![deny(unsafe_code)]
 
 extern crate alloc;
 
@@ -40,6 +43,7 @@ macro_rules! ensure {
 }
 
 pub mod bfq;
+pub mod data;
 pub mod deadline;
 pub mod elv;
 pub mod queue;
