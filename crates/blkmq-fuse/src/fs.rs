@@ -148,6 +148,23 @@ impl Served {
         &self.stats
     }
 
+    /// Whether the mount is still served: false once it was unmounted from outside
+    /// (`fusermount3 -u`, `umount`) and its serving threads ended.
+    ///
+    /// ```no_run
+    /// # let served = blkmq_fuse::serve(
+    /// #     blkmq_core::Host::new(blkmq_core::TagSet::builder(8), blkmq_core::StdPlatform::new(),
+    /// #         blkmq_core::testing::Null::new()).unwrap()
+    /// #         .add_queue(blkmq_core::QueueConfig::new(blkmq_core::QueueLimits::new(8))).unwrap(),
+    /// #     "/mnt", &Default::default()).unwrap();
+    /// assert!(served.is_serving());
+    /// ```
+    pub fn is_serving(&self) -> bool {
+        self.session
+            .as_ref()
+            .is_some_and(|session| !session.guard.is_finished())
+    }
+
     /// Unmounts and waits for every serving thread to end. Each had waited for its own bio,
     /// so no I/O of the mount is in flight once this returns. An unmount as root is lazy
     /// (`MNT_DETACH`): a program still holding the file open keeps it until it closes it.
