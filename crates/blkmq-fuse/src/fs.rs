@@ -32,7 +32,7 @@ const CHUNK_SECTORS: u64 = 1 << 31;
 /// use blkmq_fuse::ServeOptions;
 ///
 /// let options = ServeOptions { threads: 16, ..ServeOptions::default() };
-/// assert_eq!((options.name.as_str(), options.dma_alignment), ("disk", 0));
+/// assert_eq!((options.name.as_str(), options.dma_alignment), ("disk", 511));
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServeOptions {
@@ -40,8 +40,11 @@ pub struct ServeOptions {
     pub name: String,
     /// Threads serving FUSE requests, each with one bio in flight at most (at least one).
     pub threads: usize,
-    /// The alignment mask the driver needs of a segment's address (`511`: 512-byte
-    /// aligned; `0`: any address). Writes whose buffer does not meet it are copied.
+    /// The alignment mask the driver needs of a segment's address (`511`, the default:
+    /// 512-byte aligned, as `O_DIRECT` and most DMA engines want; `0`: any address).
+    /// A write's data is the FUSE request's buffer, which starts at no particular
+    /// address: a write whose buffer does not meet the mask is copied into an aligned
+    /// buffer of the serving thread; with `0` every write goes from the FUSE buffer itself.
     pub dma_alignment: u64,
     /// Let other users than the one mounting reach the file (FUSE's `allow_other`, which
     /// needs root or `user_allow_other` in `/etc/fuse.conf`).
@@ -53,7 +56,7 @@ impl Default for ServeOptions {
         Self {
             name: "disk".into(),
             threads: 8,
-            dma_alignment: 0,
+            dma_alignment: 511,
             allow_other: false,
         }
     }

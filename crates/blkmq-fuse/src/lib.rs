@@ -27,10 +27,12 @@
 //! A loop device and `fio --direct=1` send aligned I/O. Fallocate ranges must be aligned
 //! likewise.
 //!
-//! A write's data is the FUSE request's buffer, which starts at no particular address.
-//! A driver that needs its data aligned (`O_DIRECT` on the backing file, DMA) names its
-//! need in [`ServeOptions::dma_alignment`]; a write whose buffer is not aligned so is
-//! copied into an aligned buffer of the serving thread first.
+//! A write's data is the FUSE request's buffer, which starts at no particular address
+//! (a few dozen bytes into a page). A driver that needs its data aligned (`O_DIRECT` on
+//! the backing file, DMA) names its need in [`ServeOptions::dma_alignment`] (512 bytes
+//! unless told otherwise): a write whose buffer is not aligned so is copied into an
+//! aligned buffer of the serving thread first; with no need named, the bio's segment is
+//! the FUSE buffer itself.
 //!
 //! # Errors
 //!

@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Sub-buckets per power of two in the latency histogram.
-const SUB: u32 = 4;
+const SUB: u32 = 8;
 /// Buckets: the values below `SUB`, then `SUB` per power of two up to 2^63 ns.
 const BUCKETS: usize = (64 - 1) * SUB as usize;
 
@@ -174,7 +174,7 @@ impl Snapshot {
     }
 
     /// The latency below which a fraction `q` (0 to 1) of the operations ended, as the top
-    /// of its histogram bucket (within 19% of the real value); `None` with no operation.
+    /// of its histogram bucket (within 12.5% of the real value); `None` with no operation.
     ///
     /// ```
     /// assert_eq!(blkmq_fuse::Snapshot::default().percentile_ns(0.99), None);
