@@ -61,6 +61,9 @@ pub struct UringDisk {
 /// What the disk and its reapers share.
 struct Shared {
     file: File,
+    /// With `O_DIRECT`, the same file opened without it: what a request with a buffer not
+    /// aligned to the logical block goes through.
+    buffered: Option<File>,
     bytes: u64,
     block: u32,
     mode: IoMode,
@@ -188,6 +191,7 @@ impl UringDisk {
         Ok(Self {
             shared: Arc::new(Shared {
                 file: backing.file,
+                buffered: backing.buffered,
                 bytes: backing.bytes,
                 block: backing.block,
                 mode: backing.mode,
@@ -496,7 +500,7 @@ impl Shared {
             return Err(Status::IoErr);
         }
         let io = queue.io(rq).ok_or(Status::IoErr)?;
-        let fd = types::Fd(self.file.as_raw_fd());
+        let mut fd = types::Fd(self.file.as_raw_fd());
         let offset = io.sector() * SECTOR_SIZE;
         let len = io.sectors() * SECTOR_SIZE;
         let entry = match io.op() {
@@ -512,10 +516,13 @@ impl Shared {
                 // SAFETY: we hold the request's token: nobody else touches its table.
                 let iov = unsafe { &mut *table.iov.get() };
                 let mut n = 0usize;
+                let mask = u64::from(self.block) - 1;
+                let mut unaligned = 0u64;
                 for seg in queue.segments(rq).ok_or(Status::IoErr)? {
                     if seg.len == 0 {
                         continue;
                     }
+                    unaligned |= seg.addr | u64::from(seg.len);
                     if n > 0 {
                         let prev = &mut iov[n - 1];
                         if prev.iov_base as u64 + prev.iov_len as u64 == seg.addr {
@@ -531,6 +538,11 @@ impl Shared {
                         iov_len: seg.len as usize,
                     };
                     n += 1;
+                }
+                if unaligned & mask != 0 {
+                    if let Some(buffered) = &self.buffered {
+                        fd = types::Fd(buffered.as_raw_fd());
+                    }
                 }
                 let ptr = iov.as_ptr();
                 if op == Op::Read {

@@ -26,8 +26,9 @@
 //!
 //! The file is opened with `O_DIRECT` where the backing takes it (probed with an aligned
 //! read); elsewhere (tmpfs on older kernels, for one) it falls back to buffered I/O, which
-//! [`UringDisk::mode`] reports. With `O_DIRECT`, buffers must be aligned to the logical
-//! block size, as the kernel asks.
+//! [`UringDisk::mode`] reports. With `O_DIRECT`, a request whose buffers are not aligned
+//! to the logical block size (which `O_DIRECT` refuses) goes through the page cache on a
+//! second descriptor of the file.
 //!
 //! Submissions are batched: requests issued with `last == false` are only queued on the
 //! ring, and the ring is entered once for the batch (on `last` or in `commit_rqs`); while a

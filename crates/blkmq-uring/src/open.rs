@@ -24,8 +24,10 @@ pub(crate) const IOV_MAX: u32 = 1024;
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum IoMode {
-    /// `O_DIRECT`: I/O goes to the device, bypassing the page cache; buffers, offsets and
-    /// lengths are aligned to the logical block size.
+    /// `O_DIRECT`: I/O goes to the device, bypassing the page cache. A request whose
+    /// buffers are not aligned to the logical block size (addresses and lengths), which
+    /// `O_DIRECT` refuses, goes through the page cache instead, on a second descriptor of
+    /// the same file (the kernel keeps the two coherent).
     Direct,
     /// Through the page cache: the backing refused `O_DIRECT` (or it was not asked for);
     /// `reason` says why. Flushes and FUA writes still make data durable.
@@ -336,6 +338,8 @@ impl UringDiskBuilder {
 #[derive(Debug)]
 pub(crate) struct Backing {
     pub(crate) file: File,
+    /// With `O_DIRECT`, the plain descriptor kept for buffers it cannot take.
+    pub(crate) buffered: Option<File>,
     pub(crate) bytes: u64,
     pub(crate) block: u32,
     pub(crate) mode: IoMode,
@@ -395,6 +399,7 @@ impl Backing {
         }
         let mut backing = Backing {
             file,
+            buffered: None,
             bytes,
             block,
             mode: IoMode::Buffered {
@@ -448,7 +453,7 @@ impl Backing {
                 )
             };
             if done >= 0 {
-                self.file = file;
+                self.buffered = Some(std::mem::replace(&mut self.file, file));
                 self.block = size;
                 self.mode = IoMode::Direct;
                 return Ok(());

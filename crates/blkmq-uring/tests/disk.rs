@@ -34,6 +34,13 @@ fn writes_read_back_byte_for_byte_through_every_elevator() {
                 let on_file = file_bytes(&rig.path, sector * SECTOR_SIZE, len);
                 assert_eq!(on_file, data.as_ref(), "{elevator}: on the file");
             }
+            // Buffers at any address (not aligned for O_DIRECT) move as well.
+            let odd: Vec<u8> = (0..8193).map(|o| pattern(77, o)).collect();
+            assert_eq!(q.write_at(2048, &odd[1..]), Status::Ok, "{elevator}");
+            let mut back = vec![0u8; 8195];
+            assert_eq!(q.read_at(2048, &mut back[3..]), Status::Ok, "{elevator}");
+            assert_eq!(&back[3..], &odd[1..], "{elevator}: unaligned buffers");
+            assert_eq!(file_bytes(&rig.path, 2048 * SECTOR_SIZE, 8192), &odd[1..]);
             // Past the device: refused before the driver.
             let mut past = Aligned::new(4096, |_| 0);
             assert_eq!(q.read_at(16384, past.as_mut()), Status::IoErr);
