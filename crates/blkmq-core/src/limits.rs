@@ -47,6 +47,18 @@ pub struct QueueLimits {
     /// The device seeks (a spinning disk): schedulers keep I/O sequential on it, at the cost
     /// of some latency (default `false`, as for flash; Linux's `BLK_FEAT_ROTATIONAL`).
     pub rotational: bool,
+    /// The device keeps written data in a volatile cache until it is flushed (Linux's
+    /// `BLK_FEAT_WRITE_CACHE`; default `false`). With it, [`Op::Flush`] bios and writes
+    /// with [`BioFlags::PREFLUSH`](crate::BioFlags::PREFLUSH) or
+    /// [`BioFlags::FUA`](crate::BioFlags::FUA) run as a sequence of flushes and the write
+    /// (see the request queue's flush sequence); without it those flags are dropped and an
+    /// empty flush ends at once, reaching no driver.
+    pub write_cache: bool,
+    /// The device honours [`BioFlags::FUA`](crate::BioFlags::FUA) on writes (Linux's
+    /// `BLK_FEAT_FUA`; default `false`): the driver sees FUA on the write, and no flush
+    /// follows it. Without it FUA is emulated by a flush after the write. Meaningless
+    /// without [`write_cache`](Self::write_cache).
+    pub fua: bool,
 }
 
 /// The largest device, in sectors: byte offsets must fit in 64 bits.
@@ -69,6 +81,7 @@ impl QueueLimits {
     /// let limits = QueueLimits::new(8);
     /// assert_eq!((limits.capacity, limits.logical_block_size), (8, 512));
     /// assert!(!limits.rotational);
+    /// assert!(!limits.write_cache && !limits.fua); // no volatile cache
     /// ```
     pub const fn new(capacity: u64) -> Self {
         Self {
@@ -82,6 +95,8 @@ impl QueueLimits {
             max_discard_sectors: 0,
             max_write_zeroes_sectors: 0,
             rotational: false,
+            write_cache: false,
+            fua: false,
         }
     }
 

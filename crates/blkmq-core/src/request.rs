@@ -34,6 +34,7 @@ use crate::bio::{Bio, BioFlags, IoPrio, IssuerId, Op, Status};
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
 mod data;
+pub(crate) mod flush;
 mod token;
 
 pub use data::RqSegments;
@@ -614,6 +615,8 @@ pub struct RqIo {
     /// Whether the driver tag counts towards its queue's fair share.
     pub(crate) counted: bool,
     op: Op,
+    /// Where the request is in a flush sequence (`request/flush.rs`); zero outside one.
+    flush: u8,
     prio: IoPrio,
     flags: BioFlags,
     issuer: IssuerId,
@@ -635,6 +638,7 @@ pub struct RqIo {
 impl RqIo {
     const EMPTY: RqIo = RqIo {
         op: Op::Read,
+        flush: 0,
         flags: BioFlags::empty(),
         prio: IoPrio::DEFAULT,
         issuer: IssuerId(0),
@@ -1145,11 +1149,13 @@ impl RqIo {
         Some(link.bio)
     }
 
-    /// Takes every bio off the request, without ending them, into `out`.
+    /// Takes every bio off the request, without ending them, into `out`; the request
+    /// leaves any flush sequence too (its queue is gone).
     pub(crate) fn drain_bios(&mut self, pool: &BioPool, out: &mut impl Extend<Bio>) {
         while let Some(bio) = self.pop_front(pool) {
             out.extend(core::iter::once(bio));
         }
         self.clear();
+        self.flush = 0;
     }
 }

@@ -363,6 +363,16 @@ fn limits() -> QueueLimits {
     QueueLimits::new(1 << 21)
 }
 
+/// [`limits`] of a device with a volatile write cache that honours FUA: flushes reach the
+/// driver (without a cache they end at once, and PREFLUSH and FUA are dropped).
+fn cached() -> QueueLimits {
+    QueueLimits {
+        write_cache: true,
+        fua: true,
+        ..limits()
+    }
+}
+
 /// A host on a `StdPlatform` of `cpus` CPUs in manual mode (the test runs what is kicked);
 /// the calling thread is CPU 0.
 fn host_with(tags: TagSetBuilder, cpus: usize, disk: StdDisk) -> Arc<Host<StdDisk>> {
@@ -632,6 +642,11 @@ fn the_fifo_elevator_does_not_merge_but_the_plug_in_front_of_it_does() {
 /// Submits `bios` (numbered in order) to a quiesced queue with `limits`, lets them through
 /// and returns what the driver got; checks every bio then ends once, with `Ok`.
 fn requests_of(limits: QueueLimits, bios: &[Bio]) -> Vec<Seen> {
+    requests_and_all_of(limits, bios).0
+}
+
+/// [`requests_of`], and every request the driver got, those it got while they ended too.
+fn requests_and_all_of(limits: QueueLimits, bios: &[Bio]) -> (Vec<Seen>, Vec<Seen>) {
     let log = Log::new();
     let (host, queue) = single(QueueConfig::new(limits));
     queue.quiesce();
@@ -644,7 +659,9 @@ fn requests_of(limits: QueueLimits, bios: &[Bio]) -> Vec<Seen> {
     seen.iter().for_each(Seen::check);
     finish(&queue);
     assert_eq!(log.sorted(), all_ok(bios.len() as u32));
-    seen
+    let all = host.driver().seen();
+    all.iter().for_each(Seen::check);
+    (seen, all)
 }
 
 fn ranges(seen: &[Seen]) -> Vec<Vec<(u64, u32)>> {
@@ -652,11 +669,12 @@ fn ranges(seen: &[Seen]) -> Vec<Vec<(u64, u32)>> {
 }
 
 /// A flush never merges, with a flush or anything else; it is issued ahead of the data
-/// queued before it, which still merges around it.
+/// queued before it, which still merges around it. (The second flush came while the first
+/// was on its way: it waits for the first to end, then goes alone.)
 #[test]
 fn flushes_never_merge() {
-    let seen = requests_of(
-        limits(),
+    let (seen, all) = requests_and_all_of(
+        cached(),
         &[
             Bio::new(Op::Write, 0, 8),
             Bio::new(Op::Flush, 8, 0),
@@ -665,13 +683,13 @@ fn flushes_never_merge() {
         ],
     );
     let ops: Vec<Op> = seen.iter().map(|s| s.op).collect();
-    assert_eq!(ops, [Op::Flush, Op::Flush, Op::Write]);
-    assert_eq!(
-        ranges(&seen),
-        [vec![(8, 0)], vec![(8, 0)], vec![(0, 8), (8, 8)]]
-    );
+    assert_eq!(ops, [Op::Flush, Op::Write]);
+    assert_eq!(ranges(&seen), [vec![(8, 0)], vec![(0, 8), (8, 8)]]);
     assert_eq!(seen[0].numbers(), [1]);
-    assert_eq!(seen[1].numbers(), [2]);
+    let ops: Vec<Op> = all.iter().map(|s| s.op).collect();
+    assert_eq!(ops, [Op::Flush, Op::Write, Op::Flush]);
+    assert_eq!(ranges(&all[2..]), [vec![(8, 0)]]);
+    assert_eq!(all[2].numbers(), [2]);
 }
 
 /// `NOMERGE`, `PREFLUSH` and `FUA` bios merge with nothing, in either direction.
@@ -679,8 +697,8 @@ fn flushes_never_merge() {
 fn nomerge_preflush_and_fua_never_merge() {
     for flag in [BioFlags::NOMERGE, BioFlags::PREFLUSH, BioFlags::FUA] {
         // 8 would join 0 at its back, 16 would join 8; 32 would join 40 at its front.
-        let seen = requests_of(
-            limits(),
+        let (seen, all) = requests_and_all_of(
+            cached(),
             &[
                 Bio::new(Op::Write, 0, 8),
                 Bio::new(Op::Write, 8, 8).flags(flag),
@@ -689,17 +707,25 @@ fn nomerge_preflush_and_fua_never_merge() {
                 Bio::new(Op::Write, 32, 8),
             ],
         );
-        assert_eq!(
-            ranges(&seen),
-            [
-                vec![(0, 8)],
-                vec![(8, 8)],
-                vec![(16, 8)],
-                vec![(40, 8)],
-                vec![(32, 8)]
-            ],
-            "{flag:?}"
-        );
+        let apart = [
+            vec![(0, 8)],
+            vec![(8, 8)],
+            vec![(16, 8)],
+            vec![(40, 8)],
+            vec![(32, 8)],
+        ];
+        if flag == BioFlags::PREFLUSH {
+            // Each waits for a flush of its own first; every write still goes alone.
+            let writes: Vec<Seen> = all.into_iter().filter(|s| s.op == Op::Write).collect();
+            let mut got = ranges(&writes);
+            got.sort_unstable();
+            let mut want = apart.to_vec();
+            want.sort_unstable();
+            assert_eq!(got, want, "{flag:?}");
+            continue;
+        }
+        assert_eq!(ranges(&seen), apart, "{flag:?}");
+        assert_eq!(all.len(), seen.len());
     }
     // Other flags do not stop a merge: the same bios, one request.
     let plain = requests_of(
@@ -1014,6 +1040,8 @@ fn bad_bios_end_with_a_status() {
     let capacity = 1 << 20;
     let (host, queue) = single(QueueConfig::new(QueueLimits {
         logical_block_size: 4096,
+        // A cache to flush: the flush below reaches the driver.
+        write_cache: true,
         ..QueueLimits::new(capacity)
     }));
     let cases = [
@@ -1888,7 +1916,7 @@ fn requeue_waits_for_a_kick_then_goes_first() {
 #[test]
 fn requeued_requests_survive_switching_the_elevator_away() {
     let log = Log::new();
-    let config = QueueConfig::new(limits()).elevator(Box::new(Fifo::new()));
+    let config = QueueConfig::new(cached()).elevator(Box::new(Fifo::new()));
     let (host, queue) = single(config);
     let disk = host.driver();
     queue.submit(log.bio(0, Op::Read, 0, 8)).unwrap();

@@ -592,6 +592,8 @@ fn reduce(config: &Config) -> Setup {
         max_discard_sectors: spec.discard.map_or(0, |d| 8 * (1 + u32::from(d) % 8)),
         max_write_zeroes_sectors: spec.write_zeroes.map_or(0, |w| 8 * (1 + u32::from(w) % 8)),
         rotational: false,
+        write_cache: false,
+        fua: false,
     };
     let mut elevators = [false; MAX_QUEUES];
     for (i, e) in elevators.iter_mut().enumerate() {
@@ -630,7 +632,12 @@ fn refused(
     sectors: u32,
 ) -> Option<Status> {
     if op == BioOp::Flush {
-        return (sectors != 0).then_some(Status::Invalid);
+        // No write cache here: an empty flush has nothing to flush and ends at once.
+        return Some(if sectors != 0 {
+            Status::Invalid
+        } else {
+            Status::Ok
+        });
     }
     if (op == BioOp::Discard && limits.max_discard_sectors == 0)
         || (op == BioOp::WriteZeroes && limits.max_write_zeroes_sectors == 0)

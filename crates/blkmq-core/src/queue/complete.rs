@@ -128,23 +128,35 @@ impl<D: Driver> RequestQueue<D> {
         let first = |rq: &Rq, request: &Request<D::Payload>, io: &RqIo| {
             hctx = request.hctx();
             self.driver().complete(&self.cx(hctx), request);
+            // A step of a flush sequence: the sequence goes on, the request stays.
+            if io.flush_state() != 0 {
+                return false;
+            }
             // Flushes bypass the elevator.
             if elevated && io.op() != Op::Flush {
                 self.elevator_done(rq, issued);
             }
+            true
         };
-        match self
+        let step = match self
             .tags()
             .complete_with(rq, status, first, |bio, status| splits.end(bio, status))
         {
-            Ok(()) => self.put_usage(),
+            Ok(None) => {
+                self.put_usage();
+                None
+            }
+            Ok(step) => step,
             Err(misused) if misused.error == TagError::ForeignRequest => return Err(misused),
             // The request was ended and released, then a tag was found free already: a
             // broken invariant, not the caller's misuse. The token names nothing now.
-            Err(_) => {}
-        }
+            Err(_) => None,
+        };
         if issued {
             self.driver().put_budget(&self.cx(hctx));
+        }
+        if let Some(rq) = step {
+            self.flush_step_ended(rq, status, hctx);
         }
         Ok(())
     }

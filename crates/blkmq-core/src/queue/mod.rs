@@ -21,6 +21,7 @@
 //! | `service.rs` | [`Host::service`]: kicked and delayed runs, timers, timeouts, idling | kblockd, `blk_mq_timeout_work` |
 //! | `wait.rs` | submitters waiting for room and for their own I/O | `submit_bio_wait`, `blk_queue_enter` |
 //! | `runtime.rs` | changes at run time | `blk_mq_update_nr_requests` |
+//! | `flush.rs` | the flush sequence | `blk-flush.c` |
 //!
 //! Which bios and requests may merge is in `merge.rs`, beside the queue.
 //!
@@ -35,6 +36,58 @@
 //! between (it may have drained before the mark), the dispatcher runs again itself. Every
 //! access of that pair is `SeqCst`, so one side always sees the other (Dekker's pattern);
 //! `tests/loom.rs` checks every interleaving of insert, give-up and completion.
+//!
+//! # The flush sequence
+//!
+//! A device with a volatile write cache ([`QueueLimits::write_cache`]) acknowledges writes
+//! that a power cut may still lose; a flush makes everything it acknowledged before stable.
+//! A write with [`BioFlags::PREFLUSH`](crate::BioFlags::PREFLUSH) needs a flush before it,
+//! one with [`BioFlags::FUA`](crate::BioFlags::FUA) needs to be stable when it ends: the
+//! device's own FUA where it honours it ([`QueueLimits::fua`]), else a flush after it. An
+//! [`Op::Flush`](crate::Op::Flush) bio is a flush alone. `flush.rs` runs these as Linux's
+//! `blk-flush.c` does.
+//!
+//! * **Policy.** Without a write cache the flags are dropped at submission and an empty
+//!   flush ends at once with [`Status::Ok`]: nothing to flush, no driver reached. With one,
+//!   a request needs a PREFLUSH step (PREFLUSH, or a flush), a DATA step (sectors to
+//!   write), a POSTFLUSH step (FUA the device does not honour). One that needs only its
+//!   data is an ordinary request, FUA kept for the driver. The others enter the sequence:
+//!   the driver sees neither PREFLUSH nor an emulated FUA on them.
+//! * **Steps, in order.** PREFLUSH, DATA, POSTFLUSH, each begun only once the one before
+//!   completed, so the data never reaches the driver before its preflush ended. The bios
+//!   end when the last step does, with the first error: a failed step ends the request at
+//!   once (a failed preflush, without its data ever issued).
+//! * **Flush merging.** Each hardware queue has two lists, as Linux's `flush_queue[2]`:
+//!   requests waiting for a flush are *pending* together, and one flush serves every
+//!   request pending when it was issued; while it is in flight, new arrivals wait for the
+//!   next. While data of a sequence is in flight a new flush is held back, up to
+//!   [`FLUSH_PENDING_TIMEOUT_NS`] after the oldest waiter came, so that the postflush of
+//!   that data serves the waiters too. The hold never strands anyone: the data's
+//!   completion (or its timeout's) kicks the sequence again, and every arrival and
+//!   completion checks the time.
+//! * **Where the flush comes from.** The oldest pending request is itself issued as the
+//!   flush: its I/O (bios, sectors, flags) is held aside in the hardware queue's flush
+//!   state, one slot, since one flush at a time is in flight per hardware queue, and the
+//!   request describes an empty [`Op::Flush`](crate::Op::Flush) meanwhile; when the flush
+//!   ends it gets its I/O back and moves on with the others. Linux keeps a spare flush
+//!   request that borrows a pending request's tag; borrowing the request whole needs no
+//!   request, tag or memory beyond the queue's own, so a flush can always be issued: it
+//!   holds the tag of a request that is already allocated, even with every tag taken.
+//!   The lists have room for every request of the queue from its creation, so the
+//!   sequence allocates nothing per I/O.
+//! * **Elevator.** Sequenced requests bypass it, as flushes always did: every step goes to
+//!   the dispatch list (Linux's `RQF_FLUSH_SEQ` insert), a flush at its head, data in the
+//!   order its steps began; with scheduler tags
+//!   each step takes a driver tag at dispatch and gives it back when it ends.
+//! * **Requeue, quiesce, freeze, teardown.** A request given back by the driver
+//!   ([`Status::Resource`], [`requeue_request`](RequestQueue::requeue_request)) is issued
+//!   again as what it was, so it resumes its step. Quiesce only holds the dispatch list.
+//!   A sequenced request holds its usage reference to its end, so a freeze waits for its
+//!   whole sequence. Teardown ends every request waiting in a sequence with an I/O error,
+//!   a flush's held-aside I/O included, once.
+//! * **Cost.** A write without PREFLUSH or FUA pays one test of its flags at submission and
+//!   one byte of its request (the sequence state, zero outside a sequence, in the line
+//!   completion reads anyway) at completion: no lock, no shared atomic, no allocation.
 //!
 //! # Runs
 //!
@@ -67,6 +120,7 @@ mod config;
 mod data;
 mod deactivate;
 mod dispatch;
+mod flush;
 mod host;
 mod plug;
 mod quiesce;
@@ -83,6 +137,7 @@ mod usage;
 mod wait;
 
 pub use config::QueueConfig;
+pub use flush::FLUSH_PENDING_TIMEOUT_NS;
 pub use host::Host;
 pub use plug::{PLUG_FLUSH_BYTES, PLUG_MAX, PLUG_MAX_MULTI, Plug};
 pub use restart::{RESOURCE_DELAY_NS, RestartSet};
@@ -147,6 +202,8 @@ struct HwCtx<D: Driver> {
     one_at_a_time: AtomicBool,
     /// The runner's batch (room made once, not per run).
     run_batch: Lock<D, VecDeque<Rq>>,
+    /// The flush sequence of its requests (`flush.rs`).
+    flush: Lock<D, flush::FlushQueue>,
 }
 
 /// A software context: one CPU's requests of one queue type, for one hardware queue.
@@ -255,6 +312,12 @@ impl<D: Driver> RequestQueue<D> {
             }
         }
         let capacity = set.depth() + tags.nr_requests().unwrap_or(0);
+        // Only a device with a volatile cache sequences flushes.
+        let flush_room = if config.limits.write_cache {
+            capacity
+        } else {
+            0
+        };
         // Software contexts, (cpu, type) in order, each mapped to its hardware queue.
         let mut ctx_hctx = Vec::new();
         for cpu in 0..nr_cpus {
@@ -293,6 +356,7 @@ impl<D: Driver> RequestQueue<D> {
                 next_ctx: AtomicUsize::new(0),
                 one_at_a_time: AtomicBool::new(false),
                 run_batch: lock_api::Mutex::new(VecDeque::with_capacity(capacity)),
+                flush: lock_api::Mutex::new(flush::FlushQueue::new(flush_room)),
             })
             .collect();
         let mut slots = host.queues.lock();
@@ -526,6 +590,7 @@ impl<D: Driver> Drop for RequestQueue<D> {
         for ctx in self.ctxs.iter_mut() {
             orphans.extend(ctx.list.get_mut().drain(..));
         }
+        self.flush_orphans(&mut orphans);
         if let Some(mut e) = self.elevator.get_mut().take() {
             let cx = ElvCx::with_backend(&*self, &self.limits, 0);
             for hctx in 0..self.hctxs.len() {
@@ -534,17 +599,19 @@ impl<D: Driver> Drop for RequestQueue<D> {
                 }
             }
         }
-        for rq in orphans {
+        for mut rq in orphans {
+            self.flush_orphan(&mut rq);
             let splits = &self.splits;
             let _ = self.tags().complete_with(
                 rq,
                 Status::IoErr,
-                |_, _, _| {},
+                |_, _, _| true,
                 |bio, status| {
                     splits.end(bio, status);
                 },
             );
         }
+        self.flush_abandon(Status::IoErr);
         self.splits.fail_all(Status::IoErr);
         // What the driver still holds will never end through this queue.
         if !self.host.driver_idle() {

@@ -1,6 +1,5 @@
 //! Requeue: requests the driver hands back, issued again.
 
-use crate::bio::Op;
 use crate::driver::Driver;
 use crate::error::Misused;
 use crate::request::Rq;
@@ -60,7 +59,7 @@ impl<D: Driver> RequestQueue<D> {
         if self.has_elevator.load(Ordering::Relaxed) {
             let _ = tags.put_driver_tag(&mut rq);
             // Flushes bypass the elevator: it never saw this one.
-            if tags.io(&rq).is_ok_and(|io| io.op() != Op::Flush) {
+            if tags.io(&rq).is_ok_and(|io| !io.bypasses_elevator()) {
                 self.elevator_requeued(&rq);
             }
         }
@@ -101,7 +100,7 @@ impl<D: Driver> RequestQueue<D> {
             let tags = self.tags();
             let hctx = tags.request(&rq).map_or(0, |r| r.hctx());
             let elevated = self.has_elevator.load(Ordering::Relaxed)
-                && tags.io(&rq).is_ok_and(|io| io.op() != Op::Flush);
+                && tags.io(&rq).is_ok_and(|io| !io.bypasses_elevator());
             // Ahead of what the elevator holds: it was issued once already.
             self.insert(rq, hctx, elevated, true);
             self.run_hw_queue(hctx);

@@ -111,6 +111,15 @@ impl<D: Driver> RequestQueue<D> {
     }
 
     fn submit_inner<'q>(&'q self, bio: Bio, mut plug: Option<&mut Plug<'q, D>>) -> Result<(), Bio> {
+        // A flush, or a flag of one, on a device with no cache to flush: dropped first.
+        let bio = if super::flush::is_flush_bio(&bio) {
+            match self.flush_prepare(bio) {
+                Some(bio) => bio,
+                None => return Ok(()),
+            }
+        } else {
+            bio
+        };
         // The common bio in a few steps: no piece of a split, valid, one request whole.
         if !bio.flags.contains(BioFlags::SPLIT) && self.limits.fits_whole(&bio) {
             return match plug {
@@ -218,9 +227,12 @@ impl<D: Driver> RequestQueue<D> {
             return Ok(());
         };
         let mergeable = crate::merge::mergeable(bio.op, bio.flags);
+        // A flush step to take: the flush sequence has the request (`flush.rs`).
+        let sequenced = self.flush_sequenced(bio);
         // Read with the usage reference held: an elevator switch freezes the queue first,
         // so one that came in since the caller looked shows now. Flushes bypass it.
-        let elevated = self.has_elevator.load(Ordering::Relaxed) && bio.op != Op::Flush;
+        let elevated =
+            self.has_elevator.load(Ordering::Relaxed) && bio.op != Op::Flush && !sequenced;
         let segments = if whole {
             // One data segment: `fits_whole` said so.
             debug_assert_eq!(self.limits.segments(bio.op, bio.sector, bio.sectors), 1);
@@ -265,6 +277,7 @@ impl<D: Driver> RequestQueue<D> {
         // INVARIANT: the request holds the usage reference until it is freed.
         usage.hand_to_request();
         match plug {
+            _ if sequenced => self.flush_insert(rq),
             Some(plug) => plug.add(self, rq),
             // The common submission: issued at once on an idle hardware queue.
             None if !elevated && bio.op != Op::Flush => self.issue_direct(rq, cpu, hctx, kind),

@@ -628,26 +628,30 @@ impl<T, P: Platform> QueueTags<T, P> {
     /// assert_eq!(set.busy(), 0);
     /// ```
     pub fn complete(&self, rq: Rq, status: Status) -> Result<(), Misused> {
-        self.complete_with(rq, status, |_, _, _| {}, Bio::complete)
+        self.complete_with(rq, status, |_, _, _| true, Bio::complete)
+            .map(|_| ())
     }
 
     /// Like [`complete`](Self::complete), each bio handed to `end` rather than its callback,
     /// and `first` shown the token, the request and its I/O before anything ends: one
     /// look-up of the request serves the hooks, the ending and the free. A refused token
-    /// ([`TagError::ForeignRequest`]) comes back before `first` runs.
+    /// ([`TagError::ForeignRequest`]) comes back before `first` runs. When `first` says
+    /// `false`, nothing ends and the token comes back, `Ok(Some(rq))`, untouched.
     #[inline]
     pub(crate) fn complete_with(
         &self,
         rq: Rq,
         status: Status,
-        first: impl FnOnce(&Rq, &Request<T>, &RqIo),
+        first: impl FnOnce(&Rq, &Request<T>, &RqIo) -> bool,
         end: impl FnMut(Bio, Status),
-    ) -> Result<(), Misused> {
+    ) -> Result<Option<Rq>, Misused> {
         let Ok((owner, request)) = self.owner(&rq) else {
             return Err(Misused::foreign(rq));
         };
         // SAFETY: we own the token; the shared view ends with `first`, before `io_mut`.
-        first(&rq, request, unsafe { request.io_ref() });
+        if !first(&rq, request, unsafe { request.io_ref() }) {
+            return Ok(Some(rq));
+        }
         // From idle (ended before it was started) or in flight; already complete when a
         // racing `try_complete` won, which leaves the ending to us all the same.
         let _ = request
@@ -665,10 +669,12 @@ impl<T, P: Platform> QueueTags<T, P> {
                 request.release();
                 return map
                     .put_normal(tag, cpu)
+                    .map(|()| None)
                     .map_err(|error| Misused { rq, error });
             }
         }
         self.free_resolved(&rq, owner, request)
+            .map(|()| None)
             .map_err(|error| Misused { rq, error })
     }
 
