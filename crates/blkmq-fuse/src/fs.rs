@@ -10,8 +10,9 @@ use std::time::{Duration, Instant, SystemTime};
 use blkmq_core::{Bio, Driver, Op, RequestQueue, SECTOR_SIZE, Status};
 use fuser::{
     BackgroundSession, Config, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
-    Generation, INodeNo, KernelConfig, LockOwner, MountOption, OpenFlags, ReplyAttr, ReplyData,
-    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyWrite, Request, SessionACL, WriteFlags,
+    Generation, INodeNo, InitFlags, KernelConfig, LockOwner, MountOption, OpenFlags, ReplyAttr,
+    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyWrite, Request, SessionACL,
+    WriteFlags,
 };
 
 use crate::errno::errno;
@@ -243,6 +244,7 @@ pub fn serve<D: Driver>(
         // SAFETY: getuid and getgid have no preconditions and cannot fail.
         owner: unsafe { (libc::geteuid(), libc::getegid()) },
         born: SystemTime::now(),
+        threads: options.threads.max(1),
         queue,
     };
     let mut config = Config::default();
@@ -276,6 +278,8 @@ struct DiskFs<D: Driver> {
     stats: Arc<Stats>,
     owner: (u32, u32),
     born: SystemTime,
+    /// Serving threads.
+    threads: usize,
 }
 
 thread_local! {
@@ -377,6 +381,13 @@ impl<D: Driver> Filesystem for DiskFs<D> {
         let _ = config
             .set_max_readahead(MAX_IO)
             .or_else(|n| config.set_max_readahead(n));
+        // Asynchronous direct I/O (`io_submit`, `io_uring`) reaches us as parallel
+        // requests, as many as the kernel keeps in the background: room for every thread.
+        let _ = config.add_capabilities(InitFlags::FUSE_ASYNC_DIO);
+        let background = u16::try_from(self.threads.saturating_mul(2)).unwrap_or(u16::MAX);
+        let _ = config
+            .set_max_background(background.max(16))
+            .or_else(|n| config.set_max_background(n));
         Ok(())
     }
 

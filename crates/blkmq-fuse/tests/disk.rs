@@ -145,6 +145,18 @@ fn serves_with_bfq_and_with_no_elevator() {
     );
 }
 
+#[test]
+fn serves_with_the_pread_driver() {
+    if let Some(why) = skip_reason() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    serve_and_stop(
+        "pread",
+        &["--driver", "pread", "--hw-queues", "2", "--depth", "16"],
+    );
+}
+
 /// Runs blkmq-disk expecting it to fail at once; its exit code and stderr.
 fn fails(args: &[&str]) -> (i32, String) {
     let mut child = Command::new(BIN)
@@ -182,7 +194,7 @@ fn what_cannot_be_served_is_one_line_and_exit_1() {
     }
     let dir = temp_dir("errors");
     let d = |p: &str| dir.join(p).to_str().unwrap().to_string();
-    let cases: [(Vec<String>, &str); 4] = [
+    let cases: [(Vec<String>, &str); 5] = [
         (
             vec![
                 "--backing".into(),
@@ -202,17 +214,28 @@ fn what_cannot_be_served_is_one_line_and_exit_1() {
                 "--mount".into(),
                 d("."),
             ],
-            "cannot open backing file",
+            "cannot open",
         ),
         // A directory cannot be opened for writing.
         (
             vec!["--backing".into(), d("."), "--mount".into(), d(".")],
-            "cannot open backing file",
+            "cannot open",
         ),
         // An empty file has no size of its own.
         (
             vec!["--backing".into(), d("empty.img"), "--mount".into(), d(".")],
-            "give --size",
+            "give a size",
+        ),
+        (
+            vec![
+                "--driver".into(),
+                "pread".into(),
+                "--backing".into(),
+                d("empty.img"),
+                "--mount".into(),
+                d("."),
+            ],
+            "give a size",
         ),
     ];
     std::fs::write(dir.join("empty.img"), b"").unwrap();

@@ -15,7 +15,9 @@ SIGINT or SIGTERM; then drains, flushes and unmounts.
   --elevator NAME     none, mq-deadline or bfq (default mq-deadline)
   --hw-queues N       hardware queues (default 2)
   --depth N           requests per hardware queue (default 64)
-  --threads N         FUSE serving threads (default 16)
+  --threads N         FUSE serving threads (default 32)
+  --driver NAME       uring (io_uring, the default) or pread (pread/pwrite threads;
+                      also what serves where io_uring cannot be set up)
   --name NAME         the file's name in DIR (default disk)
   --quiet             no live line, only the summary
   -h, --help          this text";
@@ -39,6 +41,13 @@ impl Elevator {
     }
 }
 
+/// The driver of the backing file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum DriverKind {
+    Uring,
+    Pread,
+}
+
 /// What the command line asks for.
 #[derive(Debug)]
 pub(crate) struct Args {
@@ -50,6 +59,7 @@ pub(crate) struct Args {
     pub(crate) depth: usize,
     pub(crate) threads: usize,
     pub(crate) name: String,
+    pub(crate) driver: DriverKind,
     pub(crate) quiet: bool,
 }
 
@@ -64,9 +74,10 @@ pub(crate) fn parse(args: impl IntoIterator<Item = String>) -> Result<Parsed, St
     let mut args = args.into_iter();
     let (mut backing, mut mount, mut size) = (None, None, None);
     let mut elevator = Elevator::Deadline;
-    let (mut hw_queues, mut depth, mut threads) = (2, 64, 16);
+    let (mut hw_queues, mut depth, mut threads) = (2, 64, 32);
     let mut name = String::from("disk");
     let mut quiet = false;
+    let mut driver = DriverKind::Uring;
     while let Some(arg) = args.next() {
         // `--flag=value` and `--flag value` alike.
         let (flag, inline) = match arg.split_once('=') {
@@ -100,6 +111,13 @@ pub(crate) fn parse(args: impl IntoIterator<Item = String>) -> Result<Parsed, St
             "--depth" => depth = parse_count("--depth", &value("--depth")?)?,
             "--threads" => threads = parse_count("--threads", &value("--threads")?)?,
             "--name" => name = value("--name")?,
+            "--driver" => {
+                driver = match value("--driver")?.as_str() {
+                    "uring" | "io_uring" => DriverKind::Uring,
+                    "pread" => DriverKind::Pread,
+                    other => return Err(format!("unknown driver {other:?} (uring or pread)")),
+                }
+            }
             "--quiet" => quiet = true,
             other => return Err(format!("unknown argument {other:?} (see --help)")),
         }
@@ -118,6 +136,7 @@ pub(crate) fn parse(args: impl IntoIterator<Item = String>) -> Result<Parsed, St
         depth,
         threads,
         name,
+        driver,
         quiet,
     }))
 }
@@ -193,8 +212,18 @@ mod tests {
         assert_eq!(args.mount, PathBuf::from("m"));
         assert_eq!(args.size, Some(1 << 30));
         assert_eq!(args.elevator, Elevator::Bfq);
-        assert_eq!((args.hw_queues, args.depth, args.threads), (4, 8, 16));
-        assert_eq!(args.name, "disk");
+        assert_eq!((args.hw_queues, args.depth, args.threads), (4, 8, 32));
+        assert_eq!(
+            (args.name.as_str(), args.driver),
+            ("disk", DriverKind::Uring)
+        );
+        let args = run("--backing d --mount m --driver pread").unwrap();
+        assert_eq!(args.driver, DriverKind::Pread);
+        assert!(
+            run("--backing d --mount m --driver aio")
+                .unwrap_err()
+                .contains("aio")
+        );
         let args = run("--backing d --mount m --elevator none").unwrap();
         assert_eq!((args.elevator, args.size), (Elevator::None, None));
         assert!(run("--mount m").unwrap_err().contains("--backing"));

@@ -7,7 +7,7 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
@@ -19,8 +19,6 @@ use blkmq_core::{
 struct Lane {
     waiting: Mutex<VecDeque<Rq>>,
     ready: Condvar,
-    /// Requests the driver holds on this hardware queue: waiting or being served.
-    in_flight: AtomicUsize,
 }
 
 /// A block device whose medium is a file (or a block device) opened by path.
@@ -38,7 +36,6 @@ impl FileDisk {
                 // Room for every request the queue can hand over: no allocation per I/O.
                 waiting: Mutex::new(VecDeque::with_capacity(depth)),
                 ready: Condvar::new(),
-                in_flight: AtomicUsize::new(0),
             })
             .collect();
         Self {
@@ -46,14 +43,6 @@ impl FileDisk {
             lanes,
             stop: AtomicBool::new(false),
         }
-    }
-
-    /// Requests the driver holds now, per hardware queue.
-    pub(crate) fn in_flight(&self) -> Vec<usize> {
-        self.lanes
-            .iter()
-            .map(|lane| lane.in_flight.load(Ordering::Relaxed))
-            .collect()
     }
 
     /// The backing file.
@@ -106,7 +95,6 @@ impl FileDisk {
                 }
             };
             let status = self.execute(queue, &rq);
-            lane.in_flight.fetch_sub(1, Ordering::Relaxed);
             // Our own request, in flight: never refused.
             let _ = queue.end_request(rq, status);
         }
@@ -186,7 +174,6 @@ impl Driver for FileDisk {
 
     fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _last: bool) -> Result<(), Rejected> {
         let lane = &self.lanes[cx.hctx()];
-        lane.in_flight.fetch_add(1, Ordering::Relaxed);
         lane.waiting.lock().unwrap().push_back(rq);
         lane.ready.notify_one();
         Ok(())

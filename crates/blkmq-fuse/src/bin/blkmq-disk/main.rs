@@ -15,9 +15,11 @@
 //! mount, a backing file that cannot be opened or sized, no mount point) is one line on
 //! stderr and exit status 1; a bad command line, exit status 2.
 //!
-//! The backing file is served by pread/pwrite threads per hardware queue (the driver in
-//! `file.rs`): every segment of a request is read or written at its place in the file,
-//! flushes are `fdatasync`, discards punch holes and write-zeroes zero ranges.
+//! The backing file is served by the io_uring driver of `blkmq-uring` (one ring and reaper
+//! per hardware queue, `O_DIRECT` where the file takes it), or with `--driver pread` (and
+//! where io_uring cannot be set up) by pread/pwrite threads per hardware queue (the driver
+//! in `file.rs`). Either way every segment of a request is read or written at its place in
+//! the file, flushes are `fdatasync`, discards punch holes and write-zeroes zero ranges.
 
 #![cfg_attr(not(target_os = "linux"), allow(unused))]
 
@@ -62,51 +64,19 @@ mod linux {
     use std::time::{Duration, Instant};
 
     use blkmq_core::{
-        Bio, Elevator, Host, Op, QueueConfig, QueueLimits, SECTOR_SIZE, Status, StdPlatform, TagSet,
+        Bio, Driver, Elevator, Host, Op, QueueConfig, QueueLimits, RequestQueue, RqState,
+        SECTOR_SIZE, Status, StdPlatform, TagSet,
     };
     use blkmq_fuse::{OpKind, ServeOptions, Snapshot, serve};
     use blkmq_sched_bfq::Bfq;
     use blkmq_sched_deadline::Deadline;
+    use blkmq_uring::{OpenError, UringDisk};
 
-    use crate::args::{self, Args};
+    use crate::args::{self, Args, DriverKind};
     use crate::file::FileDisk;
 
-    /// The most I/O threads per hardware queue on the backing file.
+    /// The most I/O threads per hardware queue of the pread/pwrite driver.
     const IO_THREADS: usize = 8;
-
-    /// Opens (and sizes) the backing file; its size in bytes.
-    fn open_backing(args: &Args) -> Result<(File, u64), String> {
-        let path = args.backing.display();
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(args.size.is_some())
-            .truncate(false)
-            .open(&args.backing)
-            .map_err(|e| format!("cannot open backing file {path}: {e}"))?;
-        // The end, not the metadata: a block device has no length in its metadata.
-        let len = file
-            .seek(SeekFrom::End(0))
-            .map_err(|e| format!("cannot size backing file {path}: {e}"))?;
-        let size = match args.size {
-            Some(size) if size > len => {
-                file.set_len(size)
-                    .map_err(|e| format!("cannot grow backing file {path} to {size} bytes: {e}"))?;
-                size
-            }
-            Some(size) => size,
-            None if len == 0 => {
-                return Err(format!("backing file {path} is empty: give --size"));
-            }
-            None => len / SECTOR_SIZE * SECTOR_SIZE,
-        };
-        if size < 4096 {
-            return Err(format!(
-                "backing file {path} holds {size} bytes: too small a disk"
-            ));
-        }
-        Ok((file, size))
-    }
 
     pub(crate) fn run(args: &Args) -> Result<(), String> {
         blkmq_fuse::check_fuse().map_err(|e| e.to_string())?;
@@ -116,15 +86,102 @@ mod linux {
                 args.mount.display()
             ));
         }
-        let (file, size) = open_backing(args)?;
-
         // Ask for the signals before anything is mounted, so none is missed.
         let stop = Arc::new(AtomicBool::new(false));
         for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
             signal_hook::flag::register(signal, stop.clone())
                 .map_err(|e| format!("cannot handle signal {signal}: {e}"))?;
         }
+        match args.driver {
+            DriverKind::Pread => run_pread(args, &stop),
+            DriverKind::Uring => {
+                let mut builder = UringDisk::builder(&args.backing)
+                    .hw_queues(args.hw_queues)
+                    .depth(args.depth);
+                if let Some(size) = args.size {
+                    builder = builder.size(size);
+                }
+                match builder.open() {
+                    Ok(disk) => run_uring(args, disk, &stop),
+                    Err(OpenError::Uring(why)) => {
+                        eprintln!(
+                            "blkmq-disk: io_uring is unavailable ({why}): serving with pread/pwrite"
+                        );
+                        run_pread(args, &stop)
+                    }
+                    Err(e) => Err(backing_error(args, &e.to_string())),
+                }
+            }
+        }
+    }
 
+    fn backing_error(args: &Args, why: &str) -> String {
+        format!("backing file {}: {why}", args.backing.display())
+    }
+
+    fn config(args: &Args, limits: QueueLimits) -> QueueConfig {
+        let config = QueueConfig::new(limits);
+        let elevator: Option<Box<dyn Elevator>> = match args.elevator {
+            args::Elevator::None => None,
+            args::Elevator::Deadline => Some(Box::new(Deadline::new())),
+            args::Elevator::Bfq => Some(Box::new(Bfq::new())),
+        };
+        match elevator {
+            Some(elevator) => config.elevator(elevator),
+            None => config,
+        }
+    }
+
+    /// The io_uring driver: one ring and reaper per hardware queue.
+    fn run_uring(args: &Args, disk: UringDisk, stop: &AtomicBool) -> Result<(), String> {
+        let limits = disk.limits();
+        let how = format!("io_uring, {}", disk.mode());
+        // O_DIRECT wants whole blocks at aligned addresses; FUSE's write buffers are not.
+        let dma_alignment = if disk.mode().is_direct() {
+            u64::from(limits.logical_block_size) - 1
+        } else {
+            0
+        };
+        let host = Host::new(disk.tag_set(), StdPlatform::new(), disk)
+            .map_err(|e| format!("bad queue set-up: {e:?}"))?;
+        let queue = UringDisk::add_queue(&host, config(args, limits))
+            .map_err(|e| format!("bad queue set-up: {e}"))?;
+        // The reapers stop when the disk drops, with the host.
+        serve_until_stopped(args, &host, &queue, stop, &how, dma_alignment)
+    }
+
+    /// Opens (and sizes) the backing file for the pread/pwrite driver; its size in bytes.
+    fn open_backing(args: &Args) -> Result<(File, u64), String> {
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(args.size.is_some())
+            .truncate(false)
+            .open(&args.backing)
+            .map_err(|e| backing_error(args, &format!("cannot open it: {e}")))?;
+        // The end, not the metadata: a block device has no length in its metadata.
+        let len = file
+            .seek(SeekFrom::End(0))
+            .map_err(|e| backing_error(args, &format!("cannot size it: {e}")))?;
+        let size = match args.size {
+            Some(size) if size > len => {
+                file.set_len(size).map_err(|e| {
+                    backing_error(args, &format!("cannot grow it to {size} bytes: {e}"))
+                })?;
+                size
+            }
+            Some(size) => size,
+            None => len / SECTOR_SIZE * SECTOR_SIZE,
+        };
+        if size == 0 {
+            return Err(backing_error(args, "the disk would be empty: give a size"));
+        }
+        Ok((file, size))
+    }
+
+    /// The pread/pwrite driver: a few I/O threads per hardware queue.
+    fn run_pread(args: &Args, stop: &AtomicBool) -> Result<(), String> {
+        let (file, size) = open_backing(args)?;
         let tags = TagSet::builder(args.depth).hw_queues(args.hw_queues);
         let driver = FileDisk::new(file, args.hw_queues, args.depth);
         let host = Host::new(tags, StdPlatform::new(), driver)
@@ -132,34 +189,62 @@ mod linux {
         let limits = QueueLimits {
             max_discard_sectors: 1 << 22,
             max_write_zeroes_sectors: 1 << 22,
+            // Writes land in the page cache: flushes are fdatasync.
+            write_cache: true,
             ..QueueLimits::new(size / SECTOR_SIZE)
         };
-        let mut config = QueueConfig::new(limits);
-        let elevator: Option<Box<dyn Elevator>> = match args.elevator {
-            args::Elevator::None => None,
-            args::Elevator::Deadline => Some(Box::new(Deadline::new())),
-            args::Elevator::Bfq => Some(Box::new(Bfq::new())),
-        };
-        if let Some(elevator) = elevator {
-            config = config.elevator(elevator);
-        }
         let queue = host
-            .add_queue(config)
+            .add_queue(config(args, limits))
             .map_err(|e| format!("bad queue set-up: {e:?}"))?;
         let io_threads = FileDisk::start(&queue, args.depth.min(IO_THREADS))
             .map_err(|e| format!("cannot start I/O threads: {e}"))?;
+        let served = serve_until_stopped(args, &host, &queue, stop, "pread/pwrite", 0);
+        queue.driver().stop();
+        for thread in io_threads {
+            let _ = thread.join();
+        }
+        served?;
+        queue
+            .driver()
+            .file()
+            .sync_all()
+            .map_err(|e| backing_error(args, &format!("cannot sync it: {e}")))
+    }
 
+    /// Requests the driver holds on each hardware queue of `queue` now.
+    fn in_flight<D: Driver>(host: &Host<D>, queue: &RequestQueue<D>, counts: &mut [usize]) {
+        host.set().for_each_busy(|busy| {
+            if busy.queue == queue.id() && busy.state == RqState::InFlight {
+                if let Some(n) = counts.get_mut(busy.hctx) {
+                    *n += 1;
+                }
+            }
+            true
+        });
+    }
+
+    /// Mounts `queue`, prints a line a second until a signal (or an unmount from outside),
+    /// then unmounts, flushes, drains the queue and prints the summary.
+    fn serve_until_stopped<D: Driver>(
+        args: &Args,
+        host: &Host<D>,
+        queue: &Arc<RequestQueue<D>>,
+        stop: &AtomicBool,
+        how: &str,
+        dma_alignment: u64,
+    ) -> Result<(), String> {
         let options = ServeOptions {
             name: args.name.clone(),
             threads: args.threads,
+            dma_alignment,
             ..ServeOptions::default()
         };
         let served = serve(queue.clone(), &args.mount, &options)
             .map_err(|e| format!("cannot mount on {}: {e}", args.mount.display()))?;
         eprintln!(
-            "blkmq-disk: serving {} ({} bytes, {}, {} hardware queues of depth {}) as {}",
+            "blkmq-disk: serving {} ({} bytes, {how}, {}, {} hardware queues of depth {}) as {}",
             args.backing.display(),
-            size,
+            queue.limits().capacity * SECTOR_SIZE,
             args.elevator.name(),
             args.hw_queues,
             args.depth,
@@ -170,25 +255,24 @@ mod linux {
         let mut last = served.stats().snapshot();
         let mut tick = Instant::now();
         // Requests in flight per hardware queue, summed over the samples of this second.
-        let mut in_flight = vec![0usize; args.hw_queues];
+        let hw_queues = host.set().nr_hw_queues();
+        let mut sums = vec![0usize; hw_queues];
         let mut samples = 0usize;
         while !stop.load(Ordering::Relaxed) && served.is_serving() {
             std::thread::sleep(Duration::from_millis(50));
-            for (sum, now) in in_flight.iter_mut().zip(queue.driver().in_flight()) {
-                *sum += now;
-            }
+            in_flight(host, queue, &mut sums);
             samples += 1;
             if tick.elapsed() >= Duration::from_secs(1) {
                 let now = served.stats().snapshot();
                 if !args.quiet {
-                    let mean: Vec<f64> = in_flight
+                    let mean: Vec<f64> = sums
                         .iter()
                         .map(|&sum| sum as f64 / samples as f64)
                         .collect();
                     let line = live_line(&now.since(&last), tick.elapsed(), &mean);
                     let _ = writeln!(std::io::stderr(), "{line}");
                 }
-                in_flight.fill(0);
+                sums.fill(0);
                 samples = 0;
                 last = now;
                 tick = Instant::now();
@@ -206,18 +290,11 @@ mod linux {
         // What the device caches reaches the medium, then nothing is left in flight.
         let flushed = queue.submit_and_wait(Bio::new(Op::Flush, 0, 0));
         queue.freeze();
-        queue.driver().stop();
-        for thread in io_threads {
-            let _ = thread.join();
-        }
-        let synced = queue.driver().file().sync_all();
-        let total = stats.snapshot();
-        eprintln!("{}", summary(&total, began.elapsed(), why));
+        eprintln!("{}", summary(&stats.snapshot(), began.elapsed(), why));
         unmounted.map_err(|e| format!("unmount failed: {e}"))?;
         if flushed != Status::Ok {
             return Err(format!("the final flush failed: {flushed:?}"));
         }
-        synced.map_err(|e| format!("cannot sync the backing file: {e}"))?;
         Ok(())
     }
 
@@ -227,7 +304,6 @@ mod linux {
             None => "-".into(),
         }
     }
-
     /// One second's line: IOPS, MB/s, mean and p99 latency, and the mean of the requests
     /// in flight on each hardware queue.
     fn live_line(delta: &Snapshot, over: Duration, in_flight: &[f64]) -> String {
