@@ -34,6 +34,8 @@ fn write_read_fsync_punch_and_unmount() {
     let limits = QueueLimits {
         max_discard_sectors: 1 << 16,
         max_write_zeroes_sectors: 1 << 16,
+        // A volatile cache, so that flushes reach the driver.
+        write_cache: true,
         ..QueueLimits::new(SIZE as u64 / SECTOR_SIZE)
     };
     let queue = host
@@ -95,11 +97,12 @@ fn write_read_fsync_punch_and_unmount() {
         }
     });
 
-    // fsync is a flush bio; this device has no volatile cache to empty, so whether the
-    // driver sees it is the queue's business.
+    // fsync is a flush bio, which reaches the driver of a device with a volatile cache.
     let flushes = served.stats().snapshot().count[OpKind::Flush as usize];
+    let driver_flushes = host.driver().flushes.load(Ordering::Relaxed);
     file.sync_all().unwrap();
     assert!(served.stats().snapshot().count[OpKind::Flush as usize] > flushes);
+    assert!(host.driver().flushes.load(Ordering::Relaxed) > driver_flushes);
 
     // A hole punched in the middle of the pattern reads back as zeroes.
     let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
@@ -125,8 +128,22 @@ fn write_read_fsync_punch_and_unmount() {
     let plain = OpenOptions::new().write(true).open(served.path()).unwrap();
     let err = plain.write_at(&[1, 2, 3], 5).unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::EINVAL));
-    // Past the end: nothing to read.
+    // Past the end: nothing to read, no room to write; across it, what fits.
     assert_eq!(file.read_at(back.as_mut(), SIZE as u64).unwrap(), 0);
+    let err = file
+        .write_at(&out.as_slice()[..4096], SIZE as u64)
+        .unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::ENOSPC));
+    let at_end = SIZE as u64 - 4096;
+    assert_eq!(
+        file.write_at(&out.as_slice()[..8192], at_end).unwrap(),
+        4096
+    );
+    assert_eq!(
+        file.read_at(&mut back.as_mut()[..8192], at_end).unwrap(),
+        4096
+    );
+    assert!(back.as_slice()[..4096] == out.as_slice()[..4096]);
     drop((file, plain));
 
     let stats = served.stats().snapshot();

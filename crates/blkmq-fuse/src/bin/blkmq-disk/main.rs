@@ -136,12 +136,9 @@ mod linux {
     fn run_uring(args: &Args, disk: UringDisk, stop: &AtomicBool) -> Result<(), String> {
         let limits = disk.limits();
         let how = format!("io_uring, {}", disk.mode());
-        // O_DIRECT wants whole blocks at aligned addresses; FUSE's write buffers are not.
-        let dma_alignment = if disk.mode().is_direct() {
-            u64::from(limits.logical_block_size) - 1
-        } else {
-            0
-        };
+        // O_DIRECT wants whole blocks at aligned addresses, and FUSE's write buffers are
+        // not aligned: writes are copied to aligned buffers, whose bios go O_DIRECT.
+        let dma_alignment = u64::from(limits.logical_block_size) - 1;
         let host = Host::new(disk.tag_set(), StdPlatform::new(), disk)
             .map_err(|e| format!("bad queue set-up: {e:?}"))?;
         let queue = UringDisk::add_queue(&host, config(args, limits))
@@ -198,7 +195,9 @@ mod linux {
             .map_err(|e| format!("bad queue set-up: {e:?}"))?;
         let io_threads = FileDisk::start(&queue, args.depth.min(IO_THREADS))
             .map_err(|e| format!("cannot start I/O threads: {e}"))?;
-        let served = serve_until_stopped(args, &host, &queue, stop, "pread/pwrite", 0);
+        // The block layer's own segment alignment (512 bytes): pread and pwrite take any
+        // address, but segments are kept as aligned as the queue's default limits ask.
+        let served = serve_until_stopped(args, &host, &queue, stop, "pread/pwrite", 511);
         queue.driver().stop();
         for thread in io_threads {
             let _ = thread.join();
