@@ -79,8 +79,7 @@ pub fn check_fuse() -> io::Result<()> {
             "/dev/fuse is missing (load the fuse module, or give the container the device)",
         ));
     }
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let root = unsafe { libc::geteuid() } == 0;
+    let root = is_root();
     if !root && find_in_path("fusermount3").is_none() {
         return Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
@@ -121,6 +120,8 @@ pub struct Served {
     session: Option<BackgroundSession>,
     stats: Arc<Stats>,
     path: PathBuf,
+    /// The mount point, absolute.
+    mountpoint: PathBuf,
 }
 
 impl Served {
@@ -169,9 +170,52 @@ impl Served {
             .is_some_and(|session| !session.guard.is_finished())
     }
 
-    /// Unmounts and waits for every serving thread to end. Each had waited for its own bio,
-    /// so no I/O of the mount is in flight once this returns. An unmount as root is lazy
-    /// (`MNT_DETACH`): a program still holding the file open keeps it until it closes it.
+    /// Tries to unmount now, without waiting for anyone: `Ok(true)` once unmounted and
+    /// every serving thread has ended (each had waited for its own bio, so no I/O of the
+    /// mount is in flight then); `Ok(false)`, still mounted and served, when a program (or
+    /// a loop device) holds the file open (`EBUSY`). Already unmounted from outside counts
+    /// as unmounted. As another user than root the unmount goes through `fusermount3 -u
+    /// -z`, as [`unmount`](Self::unmount) does, and is never busy.
+    ///
+    /// # Errors
+    /// The unmount failed otherwise, or a serving thread did.
+    ///
+    /// ```no_run
+    /// # let mut served = blkmq_fuse::serve(
+    /// #     blkmq_core::Host::new(blkmq_core::TagSet::builder(8), blkmq_core::StdPlatform::new(),
+    /// #         blkmq_core::testing::Null::new()).unwrap()
+    /// #         .add_queue(blkmq_core::QueueConfig::new(blkmq_core::QueueLimits::new(8))).unwrap(),
+    /// #     "/mnt", &Default::default()).unwrap();
+    /// while !served.try_unmount().unwrap() {
+    ///     eprintln!("{} is still open", served.path().display());
+    ///     std::thread::sleep(std::time::Duration::from_secs(1));
+    /// }
+    /// ```
+    pub fn try_unmount(&mut self) -> io::Result<bool> {
+        if self.session.is_none() {
+            return Ok(true);
+        }
+        if !is_root() {
+            self.session
+                .take()
+                .map_or(Ok(()), BackgroundSession::umount_and_join)?;
+            return Ok(true);
+        }
+        match umount(&self.mountpoint, 0) {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => return Ok(false),
+            // Not a mount point any more: unmounted from outside.
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
+            Err(e) => return Err(e),
+        }
+        self.join()?;
+        Ok(true)
+    }
+
+    /// Unmounts and waits for every serving thread to end; once this returns no I/O of the
+    /// mount is in flight. When a program still holds the file open, the mount is detached
+    /// (`MNT_DETACH`: gone from the directory tree at once) and served until the program
+    /// closes the file, and this waits for that.
     ///
     /// # Errors
     /// The unmount failed, or a serving thread did.
@@ -185,18 +229,56 @@ impl Served {
     /// served.unmount().unwrap();
     /// ```
     pub fn unmount(mut self) -> io::Result<()> {
-        match self.session.take() {
-            Some(session) => session.umount_and_join(),
-            None => Ok(()),
+        if self.try_unmount()? {
+            return Ok(());
+        }
+        umount(&self.mountpoint, libc::MNT_DETACH)?;
+        self.join()
+    }
+
+    /// Waits for the serving threads of a mount already unmounted (or detached).
+    fn join(&mut self) -> io::Result<()> {
+        let Some(session) = self.session.take() else {
+            return Ok(());
+        };
+        // The rest of the session goes here: its own unmount finds nothing left to do
+        // (or, detached and still held, fails quietly).
+        let guard = { session }.guard;
+        match guard.join() {
+            Err(_) => Err(io::Error::other("a FUSE serving thread panicked")),
+            // A detached mount's connection ends with its last close as aborted.
+            Ok(Err(e)) if e.raw_os_error() == Some(libc::ECONNABORTED) => Ok(()),
+            Ok(ended) => ended,
         }
     }
 }
 
 impl Drop for Served {
+    /// Unmounts; when a program still holds the file, detaches the mount and leaves it to
+    /// be served until the program closes the file, without waiting for that.
     fn drop(&mut self) {
-        if let Some(session) = self.session.take() {
-            let _ = session.umount_and_join();
+        if let Ok(false) = self.try_unmount() {
+            let _ = umount(&self.mountpoint, libc::MNT_DETACH);
+            drop(self.session.take().map(|session| session.guard));
         }
+    }
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// `umount2(path, flags)`.
+fn umount(path: &Path, flags: i32) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: a NUL-terminated path that lives across the call.
+    if unsafe { libc::umount2(path.as_ptr(), flags) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
     }
 }
 
@@ -258,11 +340,13 @@ pub fn serve<D: Driver>(
     }
     config.n_threads = Some(options.threads.max(1));
     config.clone_fd = true;
+    let absolute = std::fs::canonicalize(mountpoint)?;
     let session = fuser::spawn_mount(fs, mountpoint, &config)?;
     Ok(Served {
         session: Some(session),
         stats,
         path: mountpoint.join(&options.name),
+        mountpoint: absolute,
     })
 }
 

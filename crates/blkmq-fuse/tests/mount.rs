@@ -156,6 +156,44 @@ fn write_read_fsync_punch_and_unmount() {
 }
 
 #[test]
+fn a_file_held_open_keeps_the_mount_until_it_is_closed() {
+    if let Some(why) = skip_reason() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let host = Host::new(
+        TagSet::builder(8),
+        StdPlatform::new(),
+        RamDisk::new(1 << 20),
+    )
+    .unwrap();
+    let queue = host
+        .add_queue(QueueConfig::new(QueueLimits::new(2048)))
+        .unwrap();
+    let dir = temp_dir("busy");
+    let options = ServeOptions {
+        name: "lun0".into(),
+        threads: 2,
+        ..ServeOptions::default()
+    };
+    let mut served = serve(queue, &dir, &options).unwrap();
+    assert_eq!(served.path(), dir.join("lun0"));
+    let file = std::fs::File::open(served.path()).unwrap();
+    assert!(
+        !served.try_unmount().unwrap(),
+        "busy while the file is open"
+    );
+    assert!(is_mounted(&dir) && served.is_serving());
+    let mut buf = [0u8; 512];
+    file.read_exact_at(&mut buf, 512).unwrap(); // still served
+    drop(file);
+    assert!(served.try_unmount().unwrap(), "unmounted once closed");
+    assert!(!is_mounted(&dir));
+    served.unmount().unwrap(); // nothing left to do
+    std::fs::remove_dir(&dir).unwrap();
+}
+
+#[test]
 fn a_missing_mount_point_is_an_error() {
     if let Some(why) = skip_reason() {
         eprintln!("skipped: {why}");

@@ -67,7 +67,7 @@ mod linux {
         Bio, Driver, Elevator, Host, Op, QueueConfig, QueueLimits, RequestQueue, RqState,
         SECTOR_SIZE, Status, StdPlatform, TagSet,
     };
-    use blkmq_fuse::{OpKind, ServeOptions, Snapshot, serve};
+    use blkmq_fuse::{OpKind, ServeOptions, Served, Snapshot, serve};
     use blkmq_sched_bfq::Bfq;
     use blkmq_sched_deadline::Deadline;
     use blkmq_uring::{OpenError, UringDisk};
@@ -285,7 +285,7 @@ mod linux {
 
         // Unmount: every serving thread ends, each after its own bio ended.
         let stats = served.stats().clone();
-        let unmounted = served.unmount();
+        let unmounted = unmount(served, stop);
         // What the device caches reaches the medium, then nothing is left in flight.
         let flushed = queue.submit_and_wait(Bio::new(Op::Flush, 0, 0));
         queue.freeze();
@@ -293,6 +293,29 @@ mod linux {
         unmounted.map_err(|e| format!("unmount failed: {e}"))?;
         if flushed != Status::Ok {
             return Err(format!("the final flush failed: {flushed:?}"));
+        }
+        Ok(())
+    }
+
+    /// Unmounts once nothing holds the file open (saying so, once, while something does);
+    /// a further signal meanwhile detaches the mount and waits for the last close instead.
+    fn unmount(mut served: Served, stop: &AtomicBool) -> std::io::Result<()> {
+        stop.store(false, Ordering::Relaxed);
+        let mut said = false;
+        while !served.try_unmount()? {
+            if stop.load(Ordering::Relaxed) {
+                eprintln!("blkmq-disk: detaching the mount; serving it until the file is closed");
+                return served.unmount();
+            }
+            if !said {
+                eprintln!(
+                    "blkmq-disk: {} is still open (a program or a loop device holds it): \
+                     waiting for it to be closed; signal again to detach the mount",
+                    served.path().display()
+                );
+                said = true;
+            }
+            std::thread::sleep(Duration::from_millis(100));
         }
         Ok(())
     }
