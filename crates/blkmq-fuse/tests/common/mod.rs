@@ -86,7 +86,14 @@ pub(crate) fn skip_reason() -> Option<String> {
     if unsafe { libc::geteuid() } != 0 {
         return Some("not root".into());
     }
-    blkmq_fuse::check_fuse().err().map(|e| e.to_string())
+    if let Err(e) = blkmq_fuse::check_fuse() {
+        return Some(e.to_string());
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    if !std::env::split_paths(&path).any(|dir| dir.join("fusermount3").is_file()) {
+        return Some("no fusermount3 (install fuse3)".into());
+    }
+    None
 }
 
 /// Waits, at most `limit`, for `what` to hold; whether it did.
