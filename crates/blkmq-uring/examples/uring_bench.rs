@@ -56,6 +56,8 @@ mod bench {
         rounds: usize,
         depths: Vec<usize>,
         threads: Vec<usize>,
+        variants: Vec<String>,
+        fio: bool,
     }
 
     fn args() -> Args {
@@ -66,6 +68,8 @@ mod bench {
             rounds: 2,
             depths: vec![32, 128],
             threads: vec![1, 2],
+            variants: VARIANTS.iter().map(|v| v.to_string()).collect(),
+            fio: true,
         };
         let mut it = std::env::args().skip(1);
         while let Some(flag) = it.next() {
@@ -87,6 +91,14 @@ mod bench {
                         .map(|d| d.parse().expect("threads"))
                         .collect()
                 }
+                "--variants" => {
+                    a.variants = value().split(',').map(String::from).collect();
+                    assert!(
+                        a.variants.iter().all(|v| VARIANTS.contains(&v.as_str())),
+                        "variants are {VARIANTS:?}"
+                    );
+                }
+                "--no-fio" => a.fio = false,
                 // `cargo bench` style flags are ignored.
                 "--bench" => {}
                 other => panic!("unknown flag {other}"),
@@ -181,7 +193,7 @@ mod bench {
         let ring = IoUring::new((depth as u32).next_power_of_two()).expect("io_uring");
         let bufs = Buffers::new(depth);
         let mut states: Vec<u64> = (0..depth as u64)
-            .map(|i| seed ^ (i + 1) * 0x9e37_79b9)
+            .map(|i| seed ^ ((i + 1) * 0x9e37_79b9))
             .collect();
         let read = |slot: usize, states: &mut [u64]| {
             let block = next_block(&mut states[slot], blocks);
@@ -283,7 +295,7 @@ mod bench {
             queue,
             bufs: Buffers::new(depth),
             states: (0..depth as u64)
-                .map(|i| AtomicU64::new(seed ^ (i + 1) * 0x9e37_79b9))
+                .map(|i| AtomicU64::new(seed ^ ((i + 1) * 0x9e37_79b9)))
                 .collect(),
             blocks,
             stop: AtomicBool::new(false),
@@ -299,7 +311,7 @@ mod bench {
             if now >= until {
                 break;
             }
-            std::thread::sleep((until - now).min(Duration::from_millis(1)));
+            std::thread::sleep((until - now).min(Duration::from_millis(50)));
             let again = std::mem::take(&mut *generator.retry.lock().unwrap());
             for bio in again {
                 generator.submit(bio);
@@ -401,6 +413,18 @@ mod bench {
             wall_ns: t0.elapsed().as_nanos() as u64,
             cpu_ns: cpu_ns() - cpu0,
         };
+        if std::env::var_os("BENCH_THREADS").is_some() {
+            for t in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+                let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+                let sched = std::fs::read_to_string(t.path().join("schedstat")).unwrap_or_default();
+                let status = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
+                let cs: Vec<&str> = status
+                    .lines()
+                    .filter(|l| l.contains("ctxt_switches"))
+                    .collect();
+                eprintln!("  {} {} {:?}", comm.trim(), sched.trim(), cs);
+            }
+        }
         drop(queue);
         drop(host);
         total
@@ -451,10 +475,11 @@ mod bench {
     pub(super) fn main() {
         let a = args();
         prepare(&a.file, a.size);
-        let has_fio = std::process::Command::new("fio")
-            .arg("--version")
-            .output()
-            .is_ok();
+        let has_fio = a.fio
+            && std::process::Command::new("fio")
+                .arg("--version")
+                .output()
+                .is_ok();
         println!(
             "random {} KiB reads over {} ({} MiB, O_DIRECT), {} round(s) of {:.1} s per variant; \
              figures are noisy on a shared machine",
@@ -476,6 +501,9 @@ mod bench {
                 for round in 0..a.rounds {
                     for k in 0..VARIANTS.len() {
                         let v = (k + round) % VARIANTS.len();
+                        if !a.variants.iter().any(|x| x == VARIANTS[v]) {
+                            continue;
+                        }
                         let t = run(VARIANTS[v], &a.file, a.size, depth, threads, a.secs);
                         totals[v].ios += t.ios;
                         totals[v].wall_ns += t.wall_ns;
@@ -484,6 +512,9 @@ mod bench {
                 }
                 let raw = totals[0];
                 for (v, t) in VARIANTS.iter().zip(&totals) {
+                    if t.ios == 0 {
+                        continue;
+                    }
                     let (ratio, extra) = if *v == "raw" {
                         (String::from("-"), String::from("-"))
                     } else {
@@ -509,7 +540,11 @@ mod bench {
                         Err(why) => why,
                     }
                 } else {
-                    String::from("(fio not on PATH)")
+                    String::from(if a.fio {
+                        "(fio not on PATH)"
+                    } else {
+                        "(not run)"
+                    })
                 };
                 println!("{:>5} {:>7} {:>12} {}", depth, threads, "fio", fio_line);
                 if depth == 32 {

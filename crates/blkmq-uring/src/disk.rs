@@ -17,6 +17,14 @@ use io_uring::{IoUring, opcode, squeue, types};
 use crate::open::{Backing, IoMode, OpenError, UringDiskBuilder};
 use crate::status::status_of_errno;
 
+thread_local! {
+    /// On a reaper thread while it ends requests: its disk, and the rings of that disk
+    /// whose entering it does once its batch is done (a completion submitting to
+    /// another ring of the same disk leaves the system call to the end of the batch).
+    static BATCH: std::cell::Cell<(*const Shared, u64)> =
+        const { std::cell::Cell::new((std::ptr::null(), 0)) };
+}
+
 /// The user data of the completion that wakes a reaper at shutdown (a unique tag is at
 /// most 32 bits).
 const WAKE: u64 = u64::MAX;
@@ -473,7 +481,7 @@ impl Shared {
                         status: Status::Resource,
                     });
                 }
-                if enter {
+                if enter && !self.defer_enter(hctx) {
                     ring.enter();
                 }
                 Ok(())
@@ -483,6 +491,21 @@ impl Shared {
                 Ok(())
             }
         }
+    }
+
+    /// On a reaper of this disk ending requests: notes that ring `hctx` is to be entered
+    /// at the end of the batch, and says so.
+    #[inline]
+    fn defer_enter(&self, hctx: usize) -> bool {
+        BATCH.with(|batch| {
+            let (disk, rings) = batch.get();
+            if std::ptr::eq(disk, self) && hctx < 64 {
+                batch.set((disk, rings | 1 << hctx));
+                true
+            } else {
+                false
+            }
+        })
     }
 
     /// The request's operation, its driver tag and the bytes it moves.
@@ -544,19 +567,29 @@ impl Shared {
                         fd = types::Fd(buffered.as_raw_fd());
                     }
                 }
-                let ptr = iov.as_ptr();
-                if op == Op::Read {
-                    opcode::Readv::new(fd, ptr, n as u32).offset(offset).build()
+                let flags = if op == Op::Write && io.flags().contains(BioFlags::FUA) {
+                    libc::RWF_DSYNC
                 } else {
-                    let flags = if io.flags().contains(BioFlags::FUA) {
-                        libc::RWF_DSYNC
-                    } else {
-                        0
-                    };
-                    opcode::Writev::new(fd, ptr, n as u32)
+                    0
+                };
+                // One buffer: a plain read or write, which spares the kernel the iovec.
+                match (op, n) {
+                    (Op::Read, 1) => {
+                        opcode::Read::new(fd, iov[0].iov_base.cast(), iov[0].iov_len as u32)
+                            .offset(offset)
+                            .build()
+                    }
+                    (Op::Read, _) => opcode::Readv::new(fd, iov.as_ptr(), n as u32)
+                        .offset(offset)
+                        .build(),
+                    (_, 1) => opcode::Write::new(fd, iov[0].iov_base.cast(), iov[0].iov_len as u32)
                         .offset(offset)
                         .rw_flags(flags)
-                        .build()
+                        .build(),
+                    _ => opcode::Writev::new(fd, iov.as_ptr(), n as u32)
+                        .offset(offset)
+                        .rw_flags(flags)
+                        .build(),
                 }
             }
             Op::Flush => opcode::Fsync::new(fd)
@@ -604,6 +637,7 @@ impl Shared {
                 }
             }
             ring.sq.lock().unwrap_or_else(|e| e.into_inner()).reaping = true;
+            BATCH.with(|batch| batch.set((self as *const Shared, 0)));
             let mut queue: Option<Arc<RequestQueue<UringDisk>>> = None;
             loop {
                 // SAFETY: this thread is the ring's one consumer of completions.
@@ -626,6 +660,15 @@ impl Shared {
                     Some(q) => self.complete(q, hctx, rq, bytes, cqe.result()),
                     // The queue is gone: nobody waits for the request.
                     None => drop(rq),
+                }
+            }
+            let (_, mut rings) = BATCH.with(|batch| batch.replace((std::ptr::null(), 0)));
+            while rings != 0 {
+                let other = rings.trailing_zeros() as usize;
+                rings &= rings - 1;
+                // Our own ring is entered by the wait that follows.
+                if other != hctx {
+                    self.rings[other].enter();
                 }
             }
             // Dropped here, not while the queue may be ending the last request: if this is
