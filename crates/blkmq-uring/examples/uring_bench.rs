@@ -202,11 +202,10 @@ mod bench {
                 .build()
                 .user_data(slot as u64)
         };
-        // SAFETY (each push): the buffers outlive the ring's operations (we drain below).
-        let sq_push = |entry: &io_uring::squeue::Entry| unsafe {
-            ring.submission_shared()
-                .push(entry)
-                .expect("room on the ring")
+        let sq_push = |entry: &io_uring::squeue::Entry| {
+            // SAFETY: this thread is the ring's one producer, and the buffers outlive the
+            // ring's operations (every one is reaped below before they go).
+            unsafe { ring.submission_shared().push(entry) }.expect("room on the ring")
         };
         for slot in 0..depth {
             sq_push(&read(slot, &mut states));
