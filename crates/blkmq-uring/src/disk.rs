@@ -639,27 +639,37 @@ impl Shared {
             ring.sq.lock().unwrap_or_else(|e| e.into_inner()).reaping = true;
             BATCH.with(|batch| batch.set((self as *const Shared, 0)));
             let mut queue: Option<Arc<RequestQueue<UringDisk>>> = None;
+            // Completions are taken off the ring a batch at a time: the kernel sees the
+            // ring's head move once per batch, not once per completion.
+            let mut batch = [(0u64, 0i32); 32];
             loop {
+                let mut n = 0;
                 // SAFETY: this thread is the ring's one consumer of completions.
-                let cqe = unsafe { ring.uring.completion_shared() }.next();
-                let Some(cqe) = cqe else { break };
-                reaped += 1;
-                if cqe.user_data() == WAKE {
-                    continue;
+                for cqe in unsafe { ring.uring.completion_shared() }.take(batch.len()) {
+                    batch[n] = (cqe.user_data(), cqe.result());
+                    n += 1;
                 }
-                let tag = cqe.user_data() as usize;
-                let slot = &ring.slots[tag];
-                // SAFETY: the completion of the operation pushed for driver tag `tag`:
-                // the slot is ours now (see `Slot`).
-                let (rq, bytes) = unsafe { ((*slot.rq.get()).take(), *slot.bytes.get()) };
-                let Some(rq) = rq else { continue };
-                if queue.is_none() {
-                    queue = weak.upgrade();
+                if n == 0 {
+                    break;
                 }
-                match &queue {
-                    Some(q) => self.complete(q, hctx, rq, bytes, cqe.result()),
-                    // The queue is gone: nobody waits for the request.
-                    None => drop(rq),
+                reaped += n as u64;
+                for &(user_data, res) in &batch[..n] {
+                    if user_data == WAKE {
+                        continue;
+                    }
+                    let slot = &ring.slots[user_data as usize];
+                    // SAFETY: the completion of the operation pushed for driver tag
+                    // `user_data`: the slot is ours now (see `Slot`).
+                    let (rq, bytes) = unsafe { ((*slot.rq.get()).take(), *slot.bytes.get()) };
+                    let Some(rq) = rq else { continue };
+                    if queue.is_none() {
+                        queue = weak.upgrade();
+                    }
+                    match &queue {
+                        Some(q) => self.complete(q, hctx, rq, bytes, res),
+                        // The queue is gone: nobody waits for the request.
+                        None => drop(rq),
+                    }
                 }
             }
             let (_, mut rings) = BATCH.with(|batch| batch.replace((std::ptr::null(), 0)));
