@@ -241,19 +241,27 @@ mod bench {
     struct Gen {
         queue: Arc<RequestQueue<UringDisk>>,
         bufs: Buffers,
-        states: Box<[AtomicU64]>,
+        slots: Box<[SlotState]>,
         blocks: u64,
         stop: AtomicBool,
-        done: AtomicU64,
         in_flight: AtomicU64,
         retry: Mutex<Vec<Bio>>,
     }
 
+    /// One slot's generator state and count, on a cache line of its own: a slot has one
+    /// read in flight at a time, so nothing here is shared between completions.
+    #[repr(align(64))]
+    struct SlotState {
+        rng: AtomicU64,
+        done: AtomicU64,
+    }
+
     impl Gen {
         fn bio(&self, slot: usize) -> Bio {
-            let mut state = self.states[slot].load(Ordering::Relaxed);
-            let block = next_block(&mut state, self.blocks);
-            self.states[slot].store(state, Ordering::Relaxed);
+            let state = &self.slots[slot];
+            let mut rng = state.rng.load(Ordering::Relaxed);
+            let block = next_block(&mut rng, self.blocks);
+            state.rng.store(rng, Ordering::Relaxed);
             let mut bio = Bio::new(Op::Read, block * (BS as u64 / 512), (BS / 512) as u32)
                 .buffer(self.bufs.addr(slot))
                 .end_io(ended);
@@ -274,13 +282,15 @@ mod bench {
         // SAFETY: `private` is the address of the `Gen` that submitted the bio, which its
         // thread keeps until every bio it submitted has ended.
         let generator = unsafe { &*(bio.private as *const Gen) };
+        let slot = bio.payload as usize;
+        let state = &generator.slots[slot];
+        let done = state.done.load(Ordering::Relaxed);
+        state.done.store(done + 1, Ordering::Relaxed);
         if generator.stop.load(Ordering::Relaxed) {
-            generator.done.fetch_add(1, Ordering::Relaxed);
             generator.in_flight.fetch_sub(1, Ordering::Release);
             return;
         }
-        generator.done.fetch_add(1, Ordering::Relaxed);
-        generator.submit(generator.bio(bio.payload as usize));
+        generator.submit(generator.bio(slot));
     }
 
     fn blkmq_thread(
@@ -293,12 +303,14 @@ mod bench {
         let generator = Gen {
             queue,
             bufs: Buffers::new(depth),
-            states: (0..depth as u64)
-                .map(|i| AtomicU64::new(seed ^ ((i + 1) * 0x9e37_79b9)))
+            slots: (0..depth as u64)
+                .map(|i| SlotState {
+                    rng: AtomicU64::new(seed ^ ((i + 1) * 0x9e37_79b9)),
+                    done: AtomicU64::new(0),
+                })
                 .collect(),
             blocks,
             stop: AtomicBool::new(false),
-            done: AtomicU64::new(0),
             in_flight: AtomicU64::new(depth as u64),
             retry: Mutex::new(Vec::new()),
         };
@@ -324,7 +336,11 @@ mod bench {
             }
             std::thread::sleep(Duration::from_micros(200));
         }
-        generator.done.load(Ordering::Relaxed)
+        generator
+            .slots
+            .iter()
+            .map(|s| s.done.load(Ordering::Acquire))
+            .sum()
     }
 
     #[derive(Clone, Copy, Default)]

@@ -530,8 +530,14 @@ impl Shared {
             op @ (Op::Read | Op::Write) => {
                 // Addresses are only ever this process's pointers: a bio naming no buffer
                 // has none to move.
-                let mut mapped = true;
-                queue.for_each_bio(rq, |bio| mapped &= bio.data.is_mapped());
+                let mapped = match io.first_bio() {
+                    Some(first) if io.nr_bios() == 1 => first.data.is_mapped(),
+                    _ => {
+                        let mut mapped = true;
+                        queue.for_each_bio(rq, |bio| mapped &= bio.data.is_mapped());
+                        mapped
+                    }
+                };
                 if !mapped {
                     return Err(Status::Invalid);
                 }
