@@ -17,6 +17,14 @@ use io_uring::{IoUring, opcode, squeue, types};
 use crate::open::{Backing, IoMode, OpenError, UringDiskBuilder};
 use crate::status::status_of_errno;
 
+thread_local! {
+    /// On a reaper thread while it ends requests: its disk, and the rings of that disk
+    /// whose entering it does once its batch is done (a completion submitting to
+    /// another ring of the same disk leaves the system call to the end of the batch).
+    static BATCH: std::cell::Cell<(*const Shared, u64)> =
+        const { std::cell::Cell::new((std::ptr::null(), 0)) };
+}
+
 /// The user data of the completion that wakes a reaper at shutdown (a unique tag is at
 /// most 32 bits).
 const WAKE: u64 = u64::MAX;
@@ -473,7 +481,7 @@ impl Shared {
                         status: Status::Resource,
                     });
                 }
-                if enter {
+                if enter && !self.defer_enter(hctx) {
                     ring.enter();
                 }
                 Ok(())
@@ -483,6 +491,21 @@ impl Shared {
                 Ok(())
             }
         }
+    }
+
+    /// On a reaper of this disk ending requests: notes that ring `hctx` is to be entered
+    /// at the end of the batch, and says so.
+    #[inline]
+    fn defer_enter(&self, hctx: usize) -> bool {
+        BATCH.with(|batch| {
+            let (disk, rings) = batch.get();
+            if std::ptr::eq(disk, self) && hctx < 64 {
+                batch.set((disk, rings | 1 << hctx));
+                true
+            } else {
+                false
+            }
+        })
     }
 
     /// The request's operation, its driver tag and the bytes it moves.
@@ -507,8 +530,14 @@ impl Shared {
             op @ (Op::Read | Op::Write) => {
                 // Addresses are only ever this process's pointers: a bio naming no buffer
                 // has none to move.
-                let mut mapped = true;
-                queue.for_each_bio(rq, |bio| mapped &= bio.data.is_mapped());
+                let mapped = match io.first_bio() {
+                    Some(first) if io.nr_bios() == 1 => first.data.is_mapped(),
+                    _ => {
+                        let mut mapped = true;
+                        queue.for_each_bio(rq, |bio| mapped &= bio.data.is_mapped());
+                        mapped
+                    }
+                };
                 if !mapped {
                     return Err(Status::Invalid);
                 }
@@ -544,19 +573,29 @@ impl Shared {
                         fd = types::Fd(buffered.as_raw_fd());
                     }
                 }
-                let ptr = iov.as_ptr();
-                if op == Op::Read {
-                    opcode::Readv::new(fd, ptr, n as u32).offset(offset).build()
+                let flags = if op == Op::Write && io.flags().contains(BioFlags::FUA) {
+                    libc::RWF_DSYNC
                 } else {
-                    let flags = if io.flags().contains(BioFlags::FUA) {
-                        libc::RWF_DSYNC
-                    } else {
-                        0
-                    };
-                    opcode::Writev::new(fd, ptr, n as u32)
+                    0
+                };
+                // One buffer: a plain read or write, which spares the kernel the iovec.
+                match (op, n) {
+                    (Op::Read, 1) => {
+                        opcode::Read::new(fd, iov[0].iov_base.cast(), iov[0].iov_len as u32)
+                            .offset(offset)
+                            .build()
+                    }
+                    (Op::Read, _) => opcode::Readv::new(fd, iov.as_ptr(), n as u32)
+                        .offset(offset)
+                        .build(),
+                    (_, 1) => opcode::Write::new(fd, iov[0].iov_base.cast(), iov[0].iov_len as u32)
                         .offset(offset)
                         .rw_flags(flags)
-                        .build()
+                        .build(),
+                    _ => opcode::Writev::new(fd, iov.as_ptr(), n as u32)
+                        .offset(offset)
+                        .rw_flags(flags)
+                        .build(),
                 }
             }
             Op::Flush => opcode::Fsync::new(fd)
@@ -604,28 +643,48 @@ impl Shared {
                 }
             }
             ring.sq.lock().unwrap_or_else(|e| e.into_inner()).reaping = true;
+            BATCH.with(|batch| batch.set((self as *const Shared, 0)));
             let mut queue: Option<Arc<RequestQueue<UringDisk>>> = None;
+            // Completions are taken off the ring a batch at a time: the kernel sees the
+            // ring's head move once per batch, not once per completion.
+            let mut batch = [(0u64, 0i32); 32];
             loop {
+                let mut n = 0;
                 // SAFETY: this thread is the ring's one consumer of completions.
-                let cqe = unsafe { ring.uring.completion_shared() }.next();
-                let Some(cqe) = cqe else { break };
-                reaped += 1;
-                if cqe.user_data() == WAKE {
-                    continue;
+                for cqe in unsafe { ring.uring.completion_shared() }.take(batch.len()) {
+                    batch[n] = (cqe.user_data(), cqe.result());
+                    n += 1;
                 }
-                let tag = cqe.user_data() as usize;
-                let slot = &ring.slots[tag];
-                // SAFETY: the completion of the operation pushed for driver tag `tag`:
-                // the slot is ours now (see `Slot`).
-                let (rq, bytes) = unsafe { ((*slot.rq.get()).take(), *slot.bytes.get()) };
-                let Some(rq) = rq else { continue };
-                if queue.is_none() {
-                    queue = weak.upgrade();
+                if n == 0 {
+                    break;
                 }
-                match &queue {
-                    Some(q) => self.complete(q, hctx, rq, bytes, cqe.result()),
-                    // The queue is gone: nobody waits for the request.
-                    None => drop(rq),
+                reaped += n as u64;
+                for &(user_data, res) in &batch[..n] {
+                    if user_data == WAKE {
+                        continue;
+                    }
+                    let slot = &ring.slots[user_data as usize];
+                    // SAFETY: the completion of the operation pushed for driver tag
+                    // `user_data`: the slot is ours now (see `Slot`).
+                    let (rq, bytes) = unsafe { ((*slot.rq.get()).take(), *slot.bytes.get()) };
+                    let Some(rq) = rq else { continue };
+                    if queue.is_none() {
+                        queue = weak.upgrade();
+                    }
+                    match &queue {
+                        Some(q) => self.complete(q, hctx, rq, bytes, res),
+                        // The queue is gone: nobody waits for the request.
+                        None => drop(rq),
+                    }
+                }
+            }
+            let (_, mut rings) = BATCH.with(|batch| batch.replace((std::ptr::null(), 0)));
+            while rings != 0 {
+                let other = rings.trailing_zeros() as usize;
+                rings &= rings - 1;
+                // Our own ring is entered by the wait that follows.
+                if other != hctx {
+                    self.rings[other].enter();
                 }
             }
             // Dropped here, not while the queue may be ending the last request: if this is

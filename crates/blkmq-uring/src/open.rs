@@ -11,6 +11,9 @@ use blkmq_core::SECTOR_SIZE;
 
 use crate::disk::UringDisk;
 
+/// The deepest ring: io_uring's 32768 entries hold this many requests and the wake-up.
+pub(crate) const MAX_DEPTH: usize = 1 << 14;
+
 /// The most iovecs one vectored operation takes (Linux's `UIO_MAXIOV`).
 pub(crate) const IOV_MAX: u32 = 1024;
 
@@ -106,7 +109,8 @@ pub enum OpenError {
     /// io_uring could not be set up (an old kernel, a seccomp filter, a limit on locked
     /// memory).
     Uring(io::Error),
-    /// A hardware queue count or depth of zero, or a segment count out of `1..=1024`.
+    /// A hardware queue count of zero, a depth out of `1..=16384`, or a segment count out
+    /// of `1..=1024`.
     BadConfig {
         /// The setting.
         what: &'static str,
@@ -268,7 +272,8 @@ impl UringDiskBuilder {
         self
     }
 
-    /// Requests each ring holds at once (default 64): the tag set's depth at most.
+    /// Requests each ring holds at once (default 64, at most 16384): the tag set's depth
+    /// at most.
     ///
     /// ```
     /// use blkmq_uring::UringDisk;
@@ -313,7 +318,7 @@ impl UringDiskBuilder {
         if self.hw_queues == 0 {
             return Err(OpenError::BadConfig { what: "hw_queues" });
         }
-        if self.depth == 0 || self.depth > 1 << 15 {
+        if self.depth == 0 || self.depth > MAX_DEPTH {
             return Err(OpenError::BadConfig { what: "depth" });
         }
         if self.max_segments == 0 || self.max_segments > IOV_MAX {

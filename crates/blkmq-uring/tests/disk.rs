@@ -21,9 +21,16 @@ fn writes_read_back_byte_for_byte_through_every_elevator() {
                 return;
             };
             let q = &rig.queue;
-            for (i, &(sector, len)) in [(0u64, 4096usize), (8, 512), (1000, 65536), (16376, 4096)]
-                .iter()
-                .enumerate()
+            // The last is larger than a request: split in pieces, each its own request.
+            for (i, &(sector, len)) in [
+                (0u64, 4096usize),
+                (8, 512),
+                (1000, 65536),
+                (16376, 4096),
+                (4096, 4 << 20),
+            ]
+            .iter()
+            .enumerate()
             {
                 let data = Aligned::new(len, |o| pattern(i as u8, o));
                 assert_eq!(q.write_at(sector, data.as_ref()), Status::Ok, "{elevator}");
@@ -439,4 +446,68 @@ fn a_tag_set_larger_than_the_rings_is_refused() {
         ),
         "{err}"
     );
+}
+
+/// A small tmpfs, unmounted on drop.
+struct SmallFs(std::path::PathBuf);
+
+impl SmallFs {
+    fn mount(name: &str, bytes: u64) -> Result<Self, String> {
+        let dir =
+            std::env::temp_dir().join(format!("blkmq-uring-fs-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        let out = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs"])
+            .arg(&dir)
+            .output()
+            .map_err(|e| e.to_string())?;
+        if !out.status.success() {
+            let _ = std::fs::remove_dir(&dir);
+            return Err(String::from_utf8_lossy(&out.stderr).trim().to_string());
+        }
+        Ok(Self(dir))
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+#[test]
+fn a_write_to_a_full_filesystem_ends_with_no_space() {
+    bounded(60, || {
+        let fs = match SmallFs::mount("nospace", MIB) {
+            Ok(fs) => fs,
+            Err(why) => return eprintln!("skipped: cannot mount a 1 MiB tmpfs: {why}"),
+        };
+        let path = TempPath(fs.0.join("disk.img"));
+        // 4 MiB of device on 1 MiB of room: the file is sparse until written.
+        let builder = UringDisk::builder(&path.0).size(4 * MIB);
+        let Some(rig) = rig_with(path, builder, "mq-deadline") else {
+            return;
+        };
+        let data = Aligned::new(MIB as usize, |o| pattern(5, o));
+        let mut statuses = Vec::new();
+        for i in 0..4 {
+            statuses.push(rig.queue.write_at(i * 2048, data.as_ref()));
+        }
+        assert!(statuses.contains(&Status::NoSpace), "{statuses:?}");
+        assert!(
+            statuses
+                .iter()
+                .all(|s| matches!(s, Status::Ok | Status::NoSpace)),
+            "{statuses:?}"
+        );
+        // Punching a hole frees room again: the next write goes in.
+        assert_eq!(
+            rig.queue.submit_and_wait(Bio::new(Op::Discard, 0, 8192)),
+            Status::Ok
+        );
+        assert_eq!(rig.queue.write_at(6144, &data.as_ref()[..4096]), Status::Ok);
+        drop(rig);
+        drop(fs);
+    });
 }
