@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use blkmq_core::{Bio, Driver, Op, RequestQueue, SECTOR_SIZE, Status};
+use blkmq_core::{Bio, Driver, IssuerId, Op, RequestQueue, SECTOR_SIZE, Status};
 use fuser::{
     BackgroundSession, Config, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
     Generation, INodeNo, InitFlags, KernelConfig, LockOwner, MountOption, OpenFlags, ReplyAttr,
@@ -419,14 +419,35 @@ impl<D: Driver> DiskFs<D> {
         n % self.block == 0
     }
 
+    /// Reads into or writes from the `len` bytes (whole blocks) at `addr`, at `sector`,
+    /// for `issuer`, waiting for the end: a bio whose one buffer they are, as
+    /// [`read_at`](RequestQueue::read_at) makes, with the issuer named so that an I/O
+    /// scheduler keeps the processes doing I/O apart. The caller holds the buffer borrowed
+    /// across the call (mutably for a read), which returns only once the bio ended.
+    fn transfer(
+        &self,
+        op: Op,
+        sector: u64,
+        addr: *const u8,
+        len: usize,
+        issuer: IssuerId,
+    ) -> Status {
+        let sectors = (len as u64 / SECTOR_SIZE) as u32;
+        let bio = Bio::new(op, sector, sectors)
+            .buffer(addr as u64)
+            .issuer(issuer);
+        self.queue.submit_and_wait(bio)
+    }
+
     /// Submits one bio without data per chunk of `[offset, offset + len)` and waits for
     /// each; the first error.
-    fn ranged(&self, op: Op, offset: u64, len: u64) -> Status {
+    fn ranged(&self, op: Op, offset: u64, len: u64, issuer: IssuerId) -> Status {
         let mut sector = offset / SECTOR_SIZE;
         let end = (offset + len) / SECTOR_SIZE;
         while sector < end {
             let n = (end - sector).min(CHUNK_SECTORS);
-            let status = self.queue.submit_and_wait(Bio::new(op, sector, n as u32));
+            let bio = Bio::new(op, sector, n as u32).issuer(issuer);
+            let status = self.queue.submit_and_wait(bio);
             if status != Status::Ok {
                 return status;
             }
@@ -435,13 +456,20 @@ impl<D: Driver> DiskFs<D> {
         Status::Ok
     }
 
-    fn flush(&self) -> Result<(), Errno> {
+    fn flush(&self, issuer: IssuerId) -> Result<(), Errno> {
         let start = Instant::now();
-        let status = self.queue.submit_and_wait(Bio::new(Op::Flush, 0, 0));
+        let status = self
+            .queue
+            .submit_and_wait(Bio::new(Op::Flush, 0, 0).issuer(issuer));
         self.stats
             .record(OpKind::Flush, 0, start.elapsed(), status == Status::Ok);
         result(status)
     }
+}
+
+/// The caller of a FUSE request (the thread the kernel names), as the bios' issuer.
+fn issuer(req: &Request) -> IssuerId {
+    IssuerId(req.pid())
 }
 
 fn result(status: Status) -> Result<(), Errno> {
@@ -523,7 +551,7 @@ impl<D: Driver> Filesystem for DiskFs<D> {
 
     fn read(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -547,8 +575,8 @@ impl<D: Driver> Filesystem for DiskFs<D> {
         let last = end.div_ceil(self.block) * self.block;
         BUFFER.with_borrow_mut(|buffer| {
             let buf = buffer.get((last - first) as usize);
-            // The buffer is this thread's, and `read_at` returns only once the bio ended.
-            let status = self.queue.read_at(first / SECTOR_SIZE, buf);
+            let (addr, len) = (buf.as_mut_ptr(), buf.len());
+            let status = self.transfer(Op::Read, first / SECTOR_SIZE, addr, len, issuer(req));
             let ok = status == Status::Ok;
             self.stats
                 .record(OpKind::Read, end - offset, start.elapsed(), ok);
@@ -561,7 +589,7 @@ impl<D: Driver> Filesystem for DiskFs<D> {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -594,12 +622,12 @@ impl<D: Driver> Filesystem for DiskFs<D> {
         let sector = offset / SECTOR_SIZE;
         let status = if data.as_ptr() as u64 & self.dma_alignment == 0 {
             // The FUSE request's own buffer, borrowed until the bio ends.
-            self.queue.write_at(sector, data)
+            self.transfer(Op::Write, sector, data.as_ptr(), len, issuer(req))
         } else {
             BUFFER.with_borrow_mut(|buffer| {
                 let buf = buffer.get(len);
                 buf.copy_from_slice(data);
-                self.queue.write_at(sector, buf)
+                self.transfer(Op::Write, sector, buf.as_ptr(), len, issuer(req))
             })
         };
         self.stats.record(
@@ -616,7 +644,7 @@ impl<D: Driver> Filesystem for DiskFs<D> {
 
     fn flush(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         _lock_owner: LockOwner,
@@ -626,7 +654,7 @@ impl<D: Driver> Filesystem for DiskFs<D> {
             reply.ok();
             return;
         }
-        match self.flush() {
+        match self.flush(issuer(req)) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }
@@ -634,13 +662,13 @@ impl<D: Driver> Filesystem for DiskFs<D> {
 
     fn fsync(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         _fh: FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        match self.flush() {
+        match self.flush(issuer(req)) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }
@@ -648,7 +676,7 @@ impl<D: Driver> Filesystem for DiskFs<D> {
 
     fn fallocate(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -683,7 +711,7 @@ impl<D: Driver> Filesystem for DiskFs<D> {
             return;
         }
         let start = Instant::now();
-        let status = self.ranged(op, offset, length);
+        let status = self.ranged(op, offset, length, issuer(req));
         self.stats.record(
             OpKind::Discard,
             length,

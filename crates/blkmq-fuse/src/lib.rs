@@ -9,11 +9,13 @@
 //! one bio, which the queue splits at the device's limits itself. FUSE requests are served
 //! by several threads at once ([`ServeOptions::threads`]), each waiting for its own bio, so
 //! as many bios are in flight as the kernel sends requests in parallel.
+//! Each bio's [issuer](blkmq_core::Bio::issuer) is the thread that asked for the I/O (the
+//! caller FUSE names), so that an I/O scheduler (BFQ) keeps issuers apart.
 //!
 //! | on the file | in the block layer |
 //! | --- | --- |
-//! | `read` | an [`Op::Read`](blkmq_core::Op::Read) bio into the serving thread's reply buffer, which it owns until the bio ends ([`RequestQueue::read_at`](blkmq_core::RequestQueue::read_at)) |
-//! | `write` | an [`Op::Write`](blkmq_core::Op::Write) bio whose data is the FUSE request's own buffer ([`RequestQueue::write_at`](blkmq_core::RequestQueue::write_at)) |
+//! | `read` | an [`Op::Read`](blkmq_core::Op::Read) bio into the serving thread's reply buffer, which it owns until the bio ends (as [`RequestQueue::read_at`](blkmq_core::RequestQueue::read_at) makes it) |
+//! | `write` | an [`Op::Write`](blkmq_core::Op::Write) bio whose data is the FUSE request's own buffer (as [`RequestQueue::write_at`](blkmq_core::RequestQueue::write_at) makes it) |
 //! | `fsync`, `fdatasync`, `flush` (each `close`) | an empty [`Op::Flush`](blkmq_core::Op::Flush) bio, sequenced as the queue's flush handling does |
 //! | `fallocate(PUNCH_HOLE \| KEEP_SIZE)` | [`Op::Discard`](blkmq_core::Op::Discard) bios |
 //! | `fallocate(ZERO_RANGE)` | [`Op::WriteZeroes`](blkmq_core::Op::WriteZeroes) bios |

@@ -68,6 +68,10 @@ fn write_read_fsync_punch_and_unmount() {
         *b = (i * 7 + i / 4096) as u8;
     }
     file.write_all_at(out.as_slice(), 3 << 20).unwrap();
+    // The issuer is the thread that asked (FUSE names the caller's thread).
+    // SAFETY: gettid has no preconditions.
+    let me = unsafe { libc::gettid() } as u64;
+    assert_eq!(host.driver().last_issuer.load(Ordering::Relaxed), me);
     let mut back = Aligned::new(1 << 20);
     file.read_exact_at(back.as_mut(), 3 << 20).unwrap();
     assert!(

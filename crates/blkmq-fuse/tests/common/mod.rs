@@ -16,6 +16,8 @@ pub(crate) struct RamDisk {
     pub(crate) medium: Mutex<Vec<u8>>,
     pub(crate) flushes: AtomicU64,
     pub(crate) discards: AtomicU64,
+    /// The issuer of the last read or write.
+    pub(crate) last_issuer: AtomicU64,
 }
 
 impl RamDisk {
@@ -24,6 +26,7 @@ impl RamDisk {
             medium: Mutex::new(vec![0; bytes]),
             flushes: AtomicU64::new(0),
             discards: AtomicU64::new(0),
+            last_issuer: AtomicU64::new(u64::MAX),
         }
     }
 }
@@ -54,6 +57,10 @@ impl Driver for RamDisk {
                 Status::Ok
             }
             Op::Read | Op::Write => {
+                if let Some(bio) = io.first_bio() {
+                    let issuer = u64::from(bio.issuer.0);
+                    self.last_issuer.store(issuer, Ordering::Relaxed);
+                }
                 let mut at = start;
                 for seg in queue.segments(&rq).expect("our own request") {
                     let n = seg.len as usize;
