@@ -1,0 +1,585 @@
+//! Random 4 KiB reads over a file, through blkmq with the io_uring driver (none,
+//! mq-deadline, BFQ) and straight on io_uring with the same generator, in paired rounds:
+//! IOPS and CPU time per I/O of each, the ratios blkmq / raw, and fio's own io_uring
+//! figure on the same file when `fio` is on the PATH.
+//!
+//! ```sh
+//! cargo run --release -p blkmq-uring --example uring_bench
+//! cargo run --release -p blkmq-uring --example uring_bench -- --secs 3 --rounds 3 --size-mib 2048
+//! ```
+//!
+//! The file (`--file`, default `uring-bench.img` in the temporary directory) is made once,
+//! sparse then written through, so reads reach the device; later runs reuse it. A default
+//! run takes about a minute and a half. Every variant runs each round, in an order that
+//! turns from round to round; each figure is the sum over its rounds.
+//!
+//! The generator keeps `iodepth` reads in flight per thread. Straight on io_uring, each
+//! thread has a ring and reaps its completions, submitting the next read for each. Through
+//! blkmq, each thread's reads are bios whose completion submits the next bio (on the
+//! driver's reaper thread, as a completion-driven client does); the disk has one
+//! hardware queue per thread. CPU time is the process's (`getrusage`), all threads.
+
+#[cfg(target_os = "linux")]
+fn main() {
+    bench::main();
+}
+
+#[cfg(not(target_os = "linux"))]
+fn main() {
+    eprintln!("uring_bench: Linux only");
+}
+
+#[cfg(target_os = "linux")]
+mod bench {
+    use std::fs::{File, OpenOptions};
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    use std::path::{Path, PathBuf};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+
+    use blkmq_core::{Bio, Host, Op, QueueConfig, RequestQueue, Status, StdPlatform};
+    use blkmq_sched_bfq::Bfq;
+    use blkmq_sched_deadline::Deadline;
+    use blkmq_uring::UringDisk;
+    use io_uring::{IoUring, opcode, types};
+
+    const BS: usize = 4096;
+    const MARK: &[u8; 16] = b"blkmq-uring-fill";
+
+    struct Args {
+        file: PathBuf,
+        size: u64,
+        secs: f64,
+        rounds: usize,
+        depths: Vec<usize>,
+        threads: Vec<usize>,
+        variants: Vec<String>,
+        fio: bool,
+    }
+
+    fn args() -> Args {
+        let mut a = Args {
+            file: std::env::temp_dir().join("uring-bench.img"),
+            size: 1 << 30,
+            secs: 2.0,
+            rounds: 2,
+            depths: vec![32, 128],
+            threads: vec![1, 2],
+            variants: VARIANTS.iter().map(|v| v.to_string()).collect(),
+            fio: true,
+        };
+        let mut it = std::env::args().skip(1);
+        while let Some(flag) = it.next() {
+            let mut value = || it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
+            match flag.as_str() {
+                "--file" => a.file = PathBuf::from(value()),
+                "--size-mib" => a.size = value().parse::<u64>().expect("MiB") << 20,
+                "--secs" => a.secs = value().parse().expect("seconds"),
+                "--rounds" => a.rounds = value().parse().expect("rounds"),
+                "--depths" => {
+                    a.depths = value()
+                        .split(',')
+                        .map(|d| d.parse().expect("depth"))
+                        .collect()
+                }
+                "--threads" => {
+                    a.threads = value()
+                        .split(',')
+                        .map(|d| d.parse().expect("threads"))
+                        .collect()
+                }
+                "--variants" => {
+                    a.variants = value().split(',').map(String::from).collect();
+                    assert!(
+                        a.variants.iter().all(|v| VARIANTS.contains(&v.as_str())),
+                        "variants are {VARIANTS:?}"
+                    );
+                }
+                "--no-fio" => a.fio = false,
+                // `cargo bench` style flags are ignored.
+                "--bench" => {}
+                other => panic!("unknown flag {other}"),
+            }
+        }
+        a
+    }
+
+    /// Makes the file once: sparse, then written through (so reads reach the device), a
+    /// mark at its end saying it is complete.
+    fn prepare(path: &Path, size: u64) {
+        if let Ok(file) = File::open(path) {
+            let mut mark = [0u8; 16];
+            if file.metadata().map(|m| m.len()).ok() == Some(size + 4096)
+                && file.read_exact_at(&mut mark, size).is_ok()
+                && &mark == MARK
+            {
+                return;
+            }
+        }
+        eprintln!("making {} ({} MiB) ...", path.display(), size >> 20);
+        let mut file = OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .open(path)
+            .expect("create the bench file");
+        file.set_len(size).expect("size the bench file");
+        let chunk: Vec<u8> = (0..1 << 20).map(|i| (i * 7 + 1) as u8).collect();
+        for _ in 0..size >> 20 {
+            file.write_all(&chunk).expect("fill the bench file");
+        }
+        let mut mark = vec![0u8; 4096];
+        mark[..16].copy_from_slice(MARK);
+        file.write_all_at(&mark, size).expect("mark the bench file");
+        file.sync_all().expect("sync the bench file");
+    }
+
+    /// The process's CPU time (user + system), in nanoseconds.
+    fn cpu_ns() -> u64 {
+        // SAFETY: getrusage writes one rusage through the pointer.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: as above; `ru` is ours.
+        unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+        let tv = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
+        tv(ru.ru_utime) + tv(ru.ru_stime)
+    }
+
+    /// 4 KiB-aligned buffers.
+    struct Buffers {
+        ptr: *mut u8,
+        layout: std::alloc::Layout,
+    }
+
+    // SAFETY: plain bytes the kernel reads into; the bench never reads them.
+    unsafe impl Send for Buffers {}
+    // SAFETY: as above.
+    unsafe impl Sync for Buffers {}
+
+    impl Buffers {
+        fn new(n: usize) -> Self {
+            let layout = std::alloc::Layout::from_size_align(n * BS, BS).unwrap();
+            // SAFETY: a non-zero size.
+            let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+            assert!(!ptr.is_null());
+            Self { ptr, layout }
+        }
+        fn addr(&self, i: usize) -> u64 {
+            self.ptr as u64 + (i * BS) as u64
+        }
+    }
+
+    impl Drop for Buffers {
+        fn drop(&mut self) {
+            // SAFETY: allocated with this layout.
+            unsafe { std::alloc::dealloc(self.ptr, self.layout) }
+        }
+    }
+
+    /// The generator's random block: xorshift, one state per slot.
+    fn next_block(state: &mut u64, blocks: u64) -> u64 {
+        let mut x = *state;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *state = x;
+        x % blocks
+    }
+
+    /// One thread straight on io_uring: `depth` reads in flight until `until`.
+    fn raw_thread(fd: i32, blocks: u64, depth: usize, until: Instant, seed: u64) -> u64 {
+        let ring = IoUring::new((depth as u32).next_power_of_two()).expect("io_uring");
+        let bufs = Buffers::new(depth);
+        let mut states: Vec<u64> = (0..depth as u64)
+            .map(|i| seed ^ ((i + 1) * 0x9e37_79b9))
+            .collect();
+        let read = |slot: usize, states: &mut [u64]| {
+            let block = next_block(&mut states[slot], blocks);
+            opcode::Read::new(types::Fd(fd), bufs.addr(slot) as *mut u8, BS as u32)
+                .offset(block * BS as u64)
+                .build()
+                .user_data(slot as u64)
+        };
+        let sq_push = |entry: &io_uring::squeue::Entry| {
+            // SAFETY: this thread is the ring's one producer, and the buffers outlive the
+            // ring's operations (every one is reaped below before they go).
+            unsafe { ring.submission_shared().push(entry) }.expect("room on the ring")
+        };
+        for slot in 0..depth {
+            sq_push(&read(slot, &mut states));
+        }
+        let mut done = 0u64;
+        let mut in_flight = depth;
+        let mut stopping = false;
+        while in_flight > 0 {
+            ring.submitter().submit_and_wait(1).expect("enter");
+            // SAFETY: this thread is the ring's one consumer.
+            let cq: Vec<u64> = unsafe { ring.completion_shared() }
+                .map(|c| {
+                    assert!(c.result() == BS as i32, "read failed: {}", c.result());
+                    c.user_data()
+                })
+                .collect();
+            if !stopping && Instant::now() >= until {
+                stopping = true;
+            }
+            for slot in cq {
+                done += 1;
+                if stopping {
+                    in_flight -= 1;
+                } else {
+                    sq_push(&read(slot as usize, &mut states));
+                }
+            }
+        }
+        done
+    }
+
+    /// A thread's reads through blkmq: shared with the completions that submit the next.
+    struct Gen {
+        queue: Arc<RequestQueue<UringDisk>>,
+        bufs: Buffers,
+        slots: Box<[SlotState]>,
+        blocks: u64,
+        stop: AtomicBool,
+        in_flight: AtomicU64,
+        retry: Mutex<Vec<Bio>>,
+    }
+
+    /// One slot's generator state and count, on a cache line of its own: a slot has one
+    /// read in flight at a time, so nothing here is shared between completions.
+    #[repr(align(64))]
+    struct SlotState {
+        rng: AtomicU64,
+        done: AtomicU64,
+    }
+
+    impl Gen {
+        fn bio(&self, slot: usize) -> Bio {
+            let state = &self.slots[slot];
+            let mut rng = state.rng.load(Ordering::Relaxed);
+            let block = next_block(&mut rng, self.blocks);
+            state.rng.store(rng, Ordering::Relaxed);
+            let mut bio = Bio::new(Op::Read, block * (BS as u64 / 512), (BS / 512) as u32)
+                .buffer(self.bufs.addr(slot))
+                .end_io(ended);
+            bio.private = self as *const Gen as u64;
+            bio.payload = slot as u64;
+            bio
+        }
+
+        fn submit(&self, bio: Bio) {
+            if let Err(bio) = self.queue.submit(bio) {
+                self.retry.lock().unwrap().push(bio);
+            }
+        }
+    }
+
+    fn ended(bio: Bio, status: Status) {
+        assert_eq!(status, Status::Ok, "read failed");
+        // SAFETY: `private` is the address of the `Gen` that submitted the bio, which its
+        // thread keeps until every bio it submitted has ended.
+        let generator = unsafe { &*(bio.private as *const Gen) };
+        let slot = bio.payload as usize;
+        let state = &generator.slots[slot];
+        let done = state.done.load(Ordering::Relaxed);
+        state.done.store(done + 1, Ordering::Relaxed);
+        if generator.stop.load(Ordering::Relaxed) {
+            generator.in_flight.fetch_sub(1, Ordering::Release);
+            return;
+        }
+        generator.submit(generator.bio(slot));
+    }
+
+    fn blkmq_thread(
+        queue: Arc<RequestQueue<UringDisk>>,
+        blocks: u64,
+        depth: usize,
+        until: Instant,
+        seed: u64,
+    ) -> u64 {
+        let generator = Gen {
+            queue,
+            bufs: Buffers::new(depth),
+            slots: (0..depth as u64)
+                .map(|i| SlotState {
+                    rng: AtomicU64::new(seed ^ ((i + 1) * 0x9e37_79b9)),
+                    done: AtomicU64::new(0),
+                })
+                .collect(),
+            blocks,
+            stop: AtomicBool::new(false),
+            in_flight: AtomicU64::new(depth as u64),
+            retry: Mutex::new(Vec::new()),
+        };
+        for slot in 0..depth {
+            generator.submit(generator.bio(slot));
+        }
+        loop {
+            let now = Instant::now();
+            if now >= until {
+                break;
+            }
+            std::thread::sleep((until - now).min(Duration::from_millis(50)));
+            let again = std::mem::take(&mut *generator.retry.lock().unwrap());
+            for bio in again {
+                generator.submit(bio);
+            }
+        }
+        generator.stop.store(true, Ordering::Relaxed);
+        while generator.in_flight.load(Ordering::Acquire) > 0 {
+            let again = std::mem::take(&mut *generator.retry.lock().unwrap());
+            for bio in again {
+                generator.submit(bio);
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        generator
+            .slots
+            .iter()
+            .map(|s| s.done.load(Ordering::Acquire))
+            .sum()
+    }
+
+    #[derive(Clone, Copy, Default)]
+    struct Total {
+        ios: u64,
+        wall_ns: u64,
+        cpu_ns: u64,
+    }
+
+    impl Total {
+        fn iops(&self) -> f64 {
+            self.ios as f64 / (self.wall_ns as f64 / 1e9)
+        }
+        fn cpu_per_io(&self) -> f64 {
+            self.cpu_ns as f64 / self.ios.max(1) as f64
+        }
+    }
+
+    const VARIANTS: [&str; 4] = ["raw", "none", "mq-deadline", "bfq"];
+
+    fn run(
+        variant: &str,
+        file: &Path,
+        size: u64,
+        depth: usize,
+        threads: usize,
+        secs: f64,
+    ) -> Total {
+        let blocks = size / BS as u64;
+        let span = Duration::from_secs_f64(secs);
+        if variant == "raw" {
+            let f = OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_DIRECT)
+                .open(file)
+                .expect("open O_DIRECT");
+            let fd = f.as_raw_fd();
+            let (cpu0, t0) = (cpu_ns(), Instant::now());
+            let until = t0 + span;
+            let ios: u64 = std::thread::scope(|s| {
+                let hs: Vec<_> = (0..threads)
+                    .map(|t| {
+                        s.spawn(move || raw_thread(fd, blocks, depth, until, t as u64 * 77 + 1))
+                    })
+                    .collect();
+                hs.into_iter().map(|h| h.join().unwrap()).sum()
+            });
+            return Total {
+                ios,
+                wall_ns: t0.elapsed().as_nanos() as u64,
+                cpu_ns: cpu_ns() - cpu0,
+            };
+        }
+        // Tags for every thread's reads on one hardware queue, and the one being
+        // submitted while its predecessor ends.
+        let tags = depth * threads + 16;
+        let disk = UringDisk::builder(file)
+            .hw_queues(threads)
+            .depth(tags)
+            .open()
+            .expect("open the disk");
+        assert!(disk.mode().is_direct(), "the bench file takes O_DIRECT");
+        let limits = disk.limits();
+        let host = Host::new(disk.tag_set(), StdPlatform::new(), disk).expect("host");
+        let mut config = QueueConfig::new(limits).nr_requests(tags);
+        match variant {
+            "mq-deadline" => config = config.elevator(Box::new(Deadline::new())),
+            "bfq" => config = config.elevator(Box::new(Bfq::new())),
+            _ => {}
+        }
+        let queue = UringDisk::add_queue(&host, config).expect("queue");
+        let (cpu0, t0) = (cpu_ns(), Instant::now());
+        let until = t0 + span;
+        let ios: u64 = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..threads)
+                .map(|t| {
+                    let q = queue.clone();
+                    s.spawn(move || blkmq_thread(q, blocks, depth, until, t as u64 * 77 + 1))
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).sum()
+        });
+        let total = Total {
+            ios,
+            wall_ns: t0.elapsed().as_nanos() as u64,
+            cpu_ns: cpu_ns() - cpu0,
+        };
+        if std::env::var_os("BENCH_THREADS").is_some() {
+            for t in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+                let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+                let sched = std::fs::read_to_string(t.path().join("schedstat")).unwrap_or_default();
+                let status = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
+                let cs: Vec<&str> = status
+                    .lines()
+                    .filter(|l| l.contains("ctxt_switches"))
+                    .collect();
+                eprintln!("  {} {} {:?}", comm.trim(), sched.trim(), cs);
+            }
+        }
+        drop(queue);
+        drop(host);
+        total
+    }
+
+    /// fio's random-read IOPS on the file with io_uring, or why there is none.
+    fn fio(file: &Path, depth: usize, threads: usize, secs: f64) -> Result<f64, String> {
+        let out = std::process::Command::new("fio")
+            .args([
+                "--name=uring-bench",
+                &format!("--filename={}", file.display()),
+                "--rw=randread",
+                "--bs=4k",
+                "--ioengine=io_uring",
+                "--direct=1",
+                &format!("--iodepth={depth}"),
+                &format!("--numjobs={threads}"),
+                "--time_based",
+                &format!("--runtime={}ms", (secs * 1000.0) as u64),
+                "--group_reporting",
+                "--output-format=json",
+            ])
+            .output()
+            .map_err(|e| format!("fio not run: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "fio failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        let json = String::from_utf8_lossy(&out.stdout);
+        let read = json
+            .find("\"read\"")
+            .ok_or("no read figures in fio's output")?;
+        let at = json[read..]
+            .find("\"iops\"")
+            .ok_or("no iops in fio's output")?
+            + read;
+        let rest = &json[at + 6..];
+        let num: String = rest
+            .chars()
+            .skip_while(|c| !c.is_ascii_digit())
+            .take_while(|c| c.is_ascii_digit() || *c == '.')
+            .collect();
+        num.parse().map_err(|_| "fio's iops unreadable".to_string())
+    }
+
+    pub(super) fn main() {
+        let a = args();
+        prepare(&a.file, a.size);
+        let has_fio = a.fio
+            && std::process::Command::new("fio")
+                .arg("--version")
+                .output()
+                .is_ok();
+        println!(
+            "random {} KiB reads over {} ({} MiB, O_DIRECT), {} round(s) of {:.1} s per variant; \
+             figures are noisy on a shared machine",
+            BS / 1024,
+            a.file.display(),
+            a.size >> 20,
+            a.rounds,
+            a.secs
+        );
+        println!();
+        println!(
+            "{:>5} {:>7} {:>12} {:>10} {:>11} {:>9} {:>12}",
+            "depth", "threads", "variant", "IOPS", "CPU/IO ns", "IOPS/raw", "CPU-raw ns"
+        );
+        let mut verdicts = Vec::new();
+        for &depth in &a.depths {
+            for &threads in &a.threads {
+                let mut totals = [Total::default(); VARIANTS.len()];
+                for round in 0..a.rounds {
+                    for k in 0..VARIANTS.len() {
+                        let v = (k + round) % VARIANTS.len();
+                        if !a.variants.iter().any(|x| x == VARIANTS[v]) {
+                            continue;
+                        }
+                        let t = run(VARIANTS[v], &a.file, a.size, depth, threads, a.secs);
+                        totals[v].ios += t.ios;
+                        totals[v].wall_ns += t.wall_ns;
+                        totals[v].cpu_ns += t.cpu_ns;
+                    }
+                }
+                let raw = totals[0];
+                for (v, t) in VARIANTS.iter().zip(&totals) {
+                    if t.ios == 0 {
+                        continue;
+                    }
+                    let (ratio, extra) = if *v == "raw" {
+                        (String::from("-"), String::from("-"))
+                    } else {
+                        (
+                            format!("{:.3}", t.iops() / raw.iops()),
+                            format!("{:+.0}", t.cpu_per_io() - raw.cpu_per_io()),
+                        )
+                    };
+                    println!(
+                        "{:>5} {:>7} {:>12} {:>10.0} {:>11.0} {:>9} {:>12}",
+                        depth,
+                        threads,
+                        v,
+                        t.iops(),
+                        t.cpu_per_io(),
+                        ratio,
+                        extra
+                    );
+                }
+                let fio_line = if has_fio {
+                    match fio(&a.file, depth, threads, a.secs) {
+                        Ok(iops) => format!("{iops:>10.0}"),
+                        Err(why) => why,
+                    }
+                } else {
+                    String::from(if a.fio {
+                        "(fio not on PATH)"
+                    } else {
+                        "(not run)"
+                    })
+                };
+                println!("{:>5} {:>7} {:>12} {}", depth, threads, "fio", fio_line);
+                if depth == 32 {
+                    let none = totals[1];
+                    verdicts.push((
+                        threads,
+                        none.iops() / raw.iops(),
+                        none.cpu_per_io() - raw.cpu_per_io(),
+                    ));
+                }
+            }
+        }
+        println!();
+        for (threads, ratio, extra) in verdicts {
+            let ok = ratio >= 0.95 && extra <= 200.0;
+            println!(
+                "iodepth 32, {threads} thread(s): blkmq + io_uring (none) at {ratio:.3}x raw IOPS, \
+                 CPU per I/O {extra:+.0} ns: {} (target >= 0.95x, <= +200 ns)",
+                if ok { "met" } else { "NOT met" }
+            );
+        }
+    }
+}
