@@ -50,9 +50,12 @@ pub struct QueueLimits {
     /// The device seeks (a spinning disk): schedulers keep I/O sequential on it, at the cost
     /// of some latency (default `false`, as for flash; Linux's `BLK_FEAT_ROTATIONAL`).
     pub rotational: bool,
-    /// The alignment, as a mask, of every data segment's address and length (default 511,
-    /// Linux's; a power of two minus one, at most 4095). A bio whose data breaks it ends
-    /// with [`Status::Invalid`]. Bios with no data named are not checked.
+    /// The alignment, as a mask, of every data segment's address and length (a power of two
+    /// minus one, at most 4095). A bio whose data breaks it ends with [`Status::Invalid`];
+    /// bios with no data named are not checked. The default, 0, takes any address, as a
+    /// driver that copies with the CPU can (a RAM disk, a user-space back end); a driver
+    /// whose DMA engine needs aligned buffers sets its need (Linux's default for a queue is
+    /// 511, and `O_DIRECT` buffers off it fail there with `EINVAL`).
     pub dma_alignment: u32,
     /// When non-zero (a power of two minus one, at least `dma_alignment`, at most
     /// `seg_boundary_mask`), the rule of devices whose segment lists are page lists (NVMe's
@@ -113,14 +116,14 @@ pub const MAX_CAPACITY: u64 = u64::MAX >> 9;
 
 impl QueueLimits {
     /// Linux's defaults for a device of `capacity` sectors: 512-byte blocks, 2560 sectors and
-    /// 128 segments of up to 64 KiB per request, segments aligned to 512 bytes, no virt
-    /// boundary, no chunks, no discard or write-zeroes.
+    /// 128 segments of up to 64 KiB per request, no virt boundary, no chunks, no discard or
+    /// write-zeroes; segments at any address (no DMA alignment).
     ///
     /// ```
     /// use blkmq_core::QueueLimits;
     /// let limits = QueueLimits::new(8);
     /// assert_eq!((limits.capacity, limits.logical_block_size), (8, 512));
-    /// assert_eq!((limits.dma_alignment, limits.virt_boundary_mask), (511, 0));
+    /// assert_eq!((limits.dma_alignment, limits.virt_boundary_mask), (0, 0));
     /// assert_eq!(limits.max_discard_segments, 1);
     /// assert!(!limits.rotational);
     /// assert!(!limits.write_cache && !limits.fua); // no volatile cache
@@ -137,7 +140,7 @@ impl QueueLimits {
             max_discard_sectors: 0,
             max_write_zeroes_sectors: 0,
             rotational: false,
-            dma_alignment: 511,
+            dma_alignment: 0,
             virt_boundary_mask: 0,
             max_discard_segments: 1,
             write_cache: false,
@@ -225,8 +228,9 @@ impl QueueLimits {
     /// assert_eq!(limits.check(&Bio::new(Op::Read, 64, 8)), Some(Status::IoErr));
     /// assert_eq!(limits.check(&Bio::new(Op::Discard, 0, 8)), Some(Status::NotSupported));
     /// assert_eq!(limits.check(&Bio::new(Op::Flush, 0, 0)), None);
-    /// assert_eq!(limits.check(&Bio::new(Op::Read, 0, 8).buffer(0x1000)), None);
-    /// assert_eq!(limits.check(&Bio::new(Op::Read, 0, 8).buffer(0x1004)), Some(Status::Invalid));
+    /// let dma = QueueLimits { dma_alignment: 511, ..limits };
+    /// assert_eq!(dma.check(&Bio::new(Op::Read, 0, 8).buffer(0x1000)), None);
+    /// assert_eq!(dma.check(&Bio::new(Op::Read, 0, 8).buffer(0x1004)), Some(Status::Invalid));
     /// ```
     pub fn check(&self, bio: &Bio) -> Option<Status> {
         if bio.op == Op::Flush {

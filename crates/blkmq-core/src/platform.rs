@@ -458,7 +458,9 @@ mod std_platform {
         }
 
         /// Whether a worker thread serves this platform's hosts now: in runtime mode from
-        /// the first host made on it until the last is dropped; never in manual mode.
+        /// the first host made on it until the last is dropped; never in manual mode. A
+        /// host the worker is serving when its last handle goes is dropped by the worker,
+        /// as soon as that service ends, and the worker stops then.
         ///
         /// ```
         /// use blkmq_core::*;
@@ -469,6 +471,10 @@ mod std_platform {
         /// drop(a);
         /// assert!(platform.has_worker()); // `b` still uses it
         /// drop(b);
+        /// // Gone at once, or once the worker lets go of `b` if it was serving it.
+        /// while platform.has_worker() {
+        ///     std::thread::yield_now();
+        /// }
         /// assert!(!platform.has_worker());
         /// ```
         pub fn has_worker(&self) -> bool {

@@ -42,8 +42,12 @@ fn spread(base: u64, n: u64, len: u32, stride: u64) -> &'static [Segment] {
     table(&segs)
 }
 
+/// Linux's defaults, its DMA alignment (511) included.
 fn base() -> QueueLimits {
-    QueueLimits::new(1 << 20)
+    QueueLimits {
+        dma_alignment: 511,
+        ..QueueLimits::new(1 << 20)
+    }
 }
 
 /// A request as the driver got it.
@@ -360,18 +364,23 @@ fn misaligned_segments_fail() {
         ended(),
         [(0, Status::Invalid), (1, Status::Invalid), (2, Status::Ok)]
     );
-    // The default, 511: sector-aligned buffers pass, byte-aligned ones do not.
+    // Linux's 511: sector-aligned buffers pass, byte-aligned ones do not.
     assert_eq!(
         base().check(&Bio::new(Op::Read, 0, 1).buffer(0x10_0001)),
         Some(Status::Invalid)
     );
     assert_eq!(base().check(&Bio::new(Op::Read, 0, 1).buffer(0x200)), None);
-    // No alignment asked: anything goes.
+    // No alignment asked (the default): anything goes.
     let any = QueueLimits {
         dma_alignment: 0,
         ..base()
     };
     assert_eq!(any.check(&Bio::new(Op::Read, 0, 1).buffer(0x10_0001)), None);
+    let default = QueueLimits::new(1 << 20);
+    assert_eq!(
+        default.check(&Bio::new(Op::Read, 0, 1).buffer(0x10_0001)),
+        None
+    );
 }
 
 // ----- virt_boundary_mask -----

@@ -76,9 +76,11 @@ impl<D: Driver> RequestQueue<D> {
     ///   stops at that bio's first sector instead, the bio whole and still first.
     /// * A request in a flush sequence (a write with PREFLUSH or FUA on a device with a
     ///   write cache, or a flush) ends no bio here, as in Linux: its one bio advances past
-    ///   a part ended, and one covered whole stays as it is (with the status kept, as
-    ///   above) until [`end_request`](Self::end_request) lets the sequence go on and the
-    ///   sequence's last step ends it.
+    ///   the part ended (with the status kept, as above), to its end when all of it is, and
+    ///   stays on the request, with no sector left, until
+    ///   [`end_request`](Self::end_request) lets the sequence go on and the sequence's
+    ///   last step ends it. Its write is acknowledged only once the sequence (a postflush,
+    ///   say) has made it durable.
     /// * The request then starts at the first byte not ended. Its operation, flags,
     ///   priority and issuer stay the request's; its [`segments`](crate::RqIo::segments)
     ///   count stays what it was, an upper bound of the rest's (zero once nothing remains).
@@ -86,8 +88,9 @@ impl<D: Driver> RequestQueue<D> {
     /// After `Ok(true)` the driver carries on with the rest, ends it with
     /// [`end_request`](Self::end_request) (which ends only what remains), or sends it back
     /// with [`requeue_request`](Self::requeue_request) (only the rest is dispatched again).
-    /// After `Ok(false)` the request holds no bio, and the driver still frees it with
-    /// [`end_request`](Self::end_request), which ends nothing more. Either way the request
+    /// After `Ok(false)` the request holds no sector (and no bio, but in a flush sequence),
+    /// and the driver still frees it with [`end_request`](Self::end_request), which ends
+    /// nothing more (in a flush sequence, it lets the sequence go on). Either way the request
     /// stays the driver's: no tag, budget or count changes here, and nothing is allocated.
     ///
     /// # Errors

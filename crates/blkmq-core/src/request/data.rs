@@ -163,9 +163,10 @@ impl RqIo {
     }
 
     /// [`update`](Self::update) for a request in a flush sequence, whose bios end with the
-    /// sequence: the first `sectors` of its first bio (a sequenced write carries one) are
-    /// shown to `keep` with `status` and, when it says yes, passed over; a bio covered whole
-    /// stays as it is, for the sequence to end. Returns whether any sector is left.
+    /// sequence (Linux's `RQF_FLUSH_SEQ`): the first `sectors` of its first bio (a sequenced
+    /// write carries one) are shown to `keep` with `status` and, when it says yes, passed
+    /// over; a bio covered whole is left on the request at its end, with no sector, for the
+    /// sequence to end. Returns whether any sector is left.
     pub(crate) fn update_in_sequence(
         &mut self,
         sectors: u64,
@@ -175,24 +176,21 @@ impl RqIo {
         let Some(mut bio) = self.first else {
             return false;
         };
-        let len = u64::from(bio.sectors);
-        let done = sectors.min(len);
+        let done = sectors.min(u64::from(bio.sectors));
         if done == 0 {
             return self.sectors != 0;
         }
         if !keep(&mut bio, status) {
             return true;
         }
-        if done < len {
-            // `done < len <= u32::MAX`.
-            bio.sector += done;
-            bio.sectors -= done as u32;
-            bio.data.set_pos(bio.data.advanced(done * SECTOR_SIZE));
-            self.sectors -= done;
-            self.sector = bio.sector;
-        }
+        // `done <= bio.sectors`, a `u32`.
+        bio.sector += done;
+        bio.sectors -= done as u32;
+        bio.data.set_pos(bio.data.advanced(done * SECTOR_SIZE));
+        self.sectors -= done;
+        self.sector = bio.sector;
         self.first = Some(bio);
-        done < len || self.sectors > len
+        self.sectors != 0
     }
 
     /// Takes the first bio off the chain; the bio after it (if any) becomes the first.
