@@ -58,6 +58,7 @@ mod elevator;
 mod error;
 mod limits;
 mod merge;
+mod percpu;
 mod platform;
 mod queue;
 mod queue_map;

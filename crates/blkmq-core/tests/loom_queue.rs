@@ -340,7 +340,7 @@ fn model(bound: Option<usize>, f: impl Fn() + Sync + Send + 'static) {
 }
 
 /// A model thread with a 1 MiB stack.
-fn spawn(f: impl FnOnce() + Send + 'static) -> thread::JoinHandle<()> {
+fn spawn<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> thread::JoinHandle<T> {
     thread::Builder::new().stack_size(1 << 20).spawn(f).unwrap()
 }
 
@@ -496,5 +496,82 @@ fn elevator_two_submitters_reach_an_idle_device() {
             "a request was stranded in the elevator"
         );
         world.drain([], 2);
+    });
+}
+
+/// A freeze against a submitter on one CPU and a completion on another, over a usage count
+/// kept per CPU: the completion lets go on CPU 1 of a request taken on CPU 0, the submitter
+/// enters on CPU 0. Whenever the freezer sees the queue drained, nothing is inside: the
+/// submission that raced the freeze was refused (its request would stay on the device,
+/// counted, so "drained" then would be a lie), and the count agrees afterwards.
+#[test]
+fn freeze_drains_against_entering_submitters_and_completions() {
+    model(Some(3), || {
+        let world = Arc::new(World::new(TagSet::builder(4), 2, Device::new(4, None)));
+        let mut held = world.prefill(1);
+        let first = held.pop().unwrap();
+        let completer = {
+            let world = world.clone();
+            spawn(move || {
+                pin(1);
+                world.queue.end_request(first, Status::Ok).unwrap();
+            })
+        };
+        let submitter = {
+            let world = world.clone();
+            spawn(move || {
+                pin(0);
+                world.queue.submit(Bio::new(Op::Read, 64, 8)).is_ok()
+            })
+        };
+        pin(1);
+        world.queue.freeze_start();
+        let drained = world.queue.is_drained();
+        completer.join().unwrap();
+        let entered = submitter.join().unwrap();
+        assert!(
+            !(drained && entered),
+            "the freeze saw the queue drained while a submission was inside"
+        );
+        // Once both are done the count is exact: the entered request, or nothing.
+        assert_eq!(world.queue.usage(), usize::from(entered));
+        assert_eq!(world.queue.is_drained(), !entered);
+        world.queue.unfreeze();
+        world.drain([], 1 + usize::from(entered));
+    });
+}
+
+/// A reader inside the tags (a [`TagsGuard`](blkmq_core::TagsGuard), `enter_any` as a
+/// timeout check's) that takes its reference on CPU 0 and lets go on CPU 1, before or after
+/// the freeze (a reader may enter a frozen queue), while a request stays in flight: the
+/// freezer never sees the queue drained, however the reader's two moves fall between its
+/// reads of the CPUs' parts, and the count is exact once the reader has left and the request
+/// ended.
+#[test]
+fn freeze_counts_readers_that_move_between_cpus() {
+    model(Some(3), || {
+        let world = Arc::new(World::new(TagSet::builder(4), 2, Device::new(4, None)));
+        let in_flight = world.prefill(1);
+        let reader = {
+            let world = world.clone();
+            spawn(move || {
+                pin(0);
+                let tags = world.queue.queue_tags();
+                let busy = tags.set().busy();
+                pin(1);
+                drop(tags);
+                busy
+            })
+        };
+        pin(1);
+        world.queue.freeze_start();
+        assert!(
+            !world.queue.is_drained(),
+            "the freeze saw the queue drained with a request in flight"
+        );
+        assert_eq!(reader.join().unwrap(), 1);
+        assert_eq!(world.queue.usage(), 1);
+        world.queue.unfreeze();
+        world.drain(in_flight, 1);
     });
 }

@@ -7,7 +7,7 @@
 //! |---|---|---|
 //! | `host.rs` | [`Host`]: the driver, its tag set, the queues' registry | `blk_mq_tag_set` |
 //! | `config.rs` | [`QueueConfig`]: how a queue is made | `blk_mq_init_queue` |
-//! | `usage.rs` | the usage reference, freeze, [`TagsGuard`] | `blk-core.c` (`q_usage_counter`) |
+//! | `usage.rs` | the usage reference (counted per CPU, `percpu.rs`), freeze, [`TagsGuard`] | `blk-core.c` (`q_usage_counter`), `lib/percpu-refcount.c` |
 //! | `quiesce.rs` | quiesce, stopping one hardware queue | `blk-mq.c` (quiesce) |
 //! | `deactivate.rs` | hardware queues whose CPUs went away | `blk-mq.c` (CPU hotplug) |
 //! | `submit.rs` | the one way a bio goes in | `blk_mq_submit_bio` |
@@ -259,8 +259,8 @@ pub struct RequestQueue<D: Driver> {
     has_elevator: AtomicBool,
     restart: RestartSet,
     kicked: RestartSet,
-    /// Holders (requests, submitters, timeout checks) and the frozen flag.
-    usage: AtomicUsize,
+    /// Holders (requests, submitters, timeout checks), counted per CPU, and the frozen flag.
+    usage: crate::percpu::PercpuRef,
     /// Freeze depth; changing it and the frozen flag together.
     freeze_depth: Lock<D, usize>,
     /// Held across run-time changes (elevator, `nr_requests`).
@@ -382,7 +382,7 @@ impl<D: Driver> RequestQueue<D> {
             tags: UnsafeCell::new(tags),
             restart: RestartSet::new(nr_hw)?,
             kicked: RestartSet::new(nr_hw)?,
-            usage: AtomicUsize::new(0),
+            usage: crate::percpu::PercpuRef::new(host.set.nr_cpus()),
             freeze_depth: lock_api::Mutex::new(0),
             change_lock: lock_api::Mutex::new(()),
             switching: AtomicBool::new(false),

@@ -8,9 +8,6 @@ use crate::sync::{Ordering, seqcst_pair};
 
 use super::{RequestQueue, wait_a_little};
 
-/// The usage count's frozen flag (the rest counts holders).
-const FROZEN: usize = 1 << (usize::BITS - 1);
-
 impl<D: Driver> RequestQueue<D> {
     /// Requests of the queue allocated and not yet freed, plus callers inside it this moment
     /// (a submission under way, a [`TagsGuard`], a timeout check).
@@ -28,31 +25,28 @@ impl<D: Driver> RequestQueue<D> {
     /// assert_eq!(queue.usage(), 0);
     /// ```
     pub fn usage(&self) -> usize {
-        self.usage.load(Ordering::SeqCst) & !FROZEN
+        self.usage.sum()
     }
 
     /// Takes a usage reference unless frozen (Linux's `blk_queue_enter`): `None` when the
-    /// queue is frozen, and then nothing is held.
+    /// queue is frozen, and then nothing is held. Writes only the calling CPU's part of the
+    /// count (see `percpu.rs`).
     #[inline]
     pub(super) fn enter(&self) -> Option<UsageRef<'_, D>> {
-        if self.usage.fetch_add(1, Ordering::SeqCst) & FROZEN == 0 {
-            return Some(UsageRef(self));
-        }
-        self.put_usage();
-        None
+        self.usage.get(self.cpu()).then(|| UsageRef(self))
     }
 
     /// Lets go of one usage count: a [`UsageRef`]'s drop, or the end of a request that held
     /// one ([`UsageRef::hand_to_request`]).
     #[inline]
     pub(super) fn put_usage(&self) {
-        self.usage.fetch_sub(1, Ordering::SeqCst);
+        self.usage.put(self.cpu());
     }
 
     /// Takes a usage reference even while frozen (a timeout check, a drain check: work on
     /// requests already in), unless the tags are being replaced; `None` then.
     pub(super) fn enter_any(&self) -> Option<UsageRef<'_, D>> {
-        self.usage.fetch_add(1, Ordering::SeqCst);
+        self.usage.get_any(self.cpu());
         // The reference counts from here: a switcher that set `switching` after this sees
         // it in its drain wait; one that set it before is seen below, and then it goes.
         let usage = UsageRef(self);
@@ -85,7 +79,7 @@ impl<D: Driver> RequestQueue<D> {
     pub fn freeze_start(&self) {
         let mut depth = self.freeze_depth.lock();
         if *depth == 0 {
-            self.usage.fetch_or(FROZEN, Ordering::SeqCst);
+            self.usage.kill();
         }
         *depth += 1;
     }
@@ -104,7 +98,7 @@ impl<D: Driver> RequestQueue<D> {
     /// assert!(queue.is_drained());
     /// ```
     pub fn is_drained(&self) -> bool {
-        self.usage.load(Ordering::SeqCst) & !FROZEN == 0
+        self.usage.sum() == 0
     }
 
     /// Freezes the queue and waits until every request in it has ended (Linux's
@@ -159,7 +153,7 @@ impl<D: Driver> RequestQueue<D> {
             0 => {}
             1 => {
                 *depth = 0;
-                self.usage.fetch_and(!FROZEN, Ordering::SeqCst);
+                self.usage.revive();
                 drop(depth);
                 // Submitters asleep on the frozen queue try again.
                 self.wake_thawed();
@@ -182,7 +176,7 @@ impl<D: Driver> RequestQueue<D> {
     /// assert!(!queue.is_frozen());
     /// ```
     pub fn is_frozen(&self) -> bool {
-        self.usage.load(Ordering::SeqCst) & FROZEN != 0
+        self.usage.is_dead()
     }
 
     /// Freezes, waits for the queue to drain and for runners to stop, and marks the tags
