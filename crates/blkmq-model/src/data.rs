@@ -1206,6 +1206,15 @@ impl Runner {
                  {} segments of {bytes} ({cut} once cut to the limits): {sg:x?}",
                 walked.len()
             );
+            // The request's segment count bounds its mapping, and the limit bounds the count
+            // (a table of `max_segments` entries always holds a request).
+            let counted = self.queue.io(rq).map_or(0, |io| io.segments()) as usize;
+            ensure!(
+                used <= counted && counted <= self.limits.max_segments as usize,
+                "request at {sector}: map_sg used {used} entries, the request counts {counted} \
+                 segments, the limit is {}",
+                self.limits.max_segments
+            );
             let mask = self.limits.seg_boundary_mask;
             for s in sg {
                 ensure!(
