@@ -220,9 +220,10 @@ impl BarChart {
         const BOTTOM: f64 = 64.0;
         const PLOT_H: f64 = 300.0;
         let bars: usize = self.groups.iter().map(|(_, b)| b.len()).sum();
-        let plot_w = (bars as f64 * (BAR + GAP)
+        let bars_w = bars as f64 * (BAR + GAP)
             + self.groups.len().saturating_sub(1) as f64 * GROUP_GAP
-            + GROUP_GAP)
+            + GROUP_GAP;
+        let plot_w = bars_w
             .max(300.0)
             // Room for the title, at about 8 units a character of 15.
             .max(self.title.chars().count() as f64 * 8.0 + 40.0 - LEFT - right);
@@ -301,7 +302,8 @@ impl BarChart {
         }
 
         // The bars, their figures above them, the group labels under them.
-        let mut x = LEFT + GROUP_GAP / 2.0;
+        // Centred where the plot is wider than its bars.
+        let mut x = LEFT + GROUP_GAP / 2.0 + (plot_w - bars_w) / 2.0;
         for (label, group) in &self.groups {
             let start = x;
             for bar in group {
