@@ -167,7 +167,7 @@ pub(crate) fn checks(calibrations: &[Calibration], directions: &[Direction]) -> 
         .collect();
     let total = calibrations.len() + directions.len();
     let what = format!(
-        "{} calibration figures within their limits, {} direction checks (--full: 3, 4)",
+        "{} calibration figures within their limits, {} direction checks",
         calibrations.len(),
         directions.len()
     );
@@ -194,7 +194,7 @@ pub(crate) fn summary(results: &Results) -> Fallible<String> {
     let mut out = String::new();
     out.push_str(
         "Seed 000, an SD card on Linux 4.9-rc2: BEFORE the legacy path, AFTER the naive switch \
-         to blk-mq;\nthe model's BEFORE is the legacy path on the simulated card, then the \
+         to blk-mq.\nThe model's BEFORE is the legacy path on the simulated card; below it, the \
          host driver's columns.\n`--full` prints every table, `--svg DIR` draws them.\n",
     );
     let _ = writeln!(
