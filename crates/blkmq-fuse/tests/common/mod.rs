@@ -1,7 +1,12 @@
 //! What the mount tests share: a RAM disk driver that moves each request's bytes through
-//! its segments, a reason to skip where FUSE cannot be mounted, and bounded waits.
+//! its segments, a reason to skip where FUSE cannot be mounted, and bounded waits; for the
+//! real-stack tests, `blkmq-disk` as a child process (`daemon`) and a reader of fio's JSON
+//! report (`json`).
 
 #![allow(dead_code)] // each test file uses part of it
+
+pub(crate) mod daemon;
+pub(crate) mod json;
 
 use std::path::Path;
 use std::sync::Mutex;
