@@ -161,3 +161,33 @@ impl Aligned {
         &mut self.bytes[self.skip..self.skip + self.len]
     }
 }
+
+/// Fills `buf` with pseudo-random bytes drawn from `seed` (xorshift64*): the same seed,
+/// the same bytes.
+pub(crate) fn fill_pattern(seed: u64, buf: &mut [u8]) {
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    for chunk in buf.chunks_mut(8) {
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        let word = state.wrapping_mul(0x2545_f491_4f6c_dd1d).to_le_bytes();
+        chunk.copy_from_slice(&word[..chunk.len()]);
+    }
+}
+
+/// A 64-bit hash of `bytes` (each 8-byte word mixed in by a multiply and a shift, then
+/// the length), to tell contents apart.
+pub(crate) fn hash64(bytes: &[u8]) -> u64 {
+    fn mix(hash: u64, word: u64) -> u64 {
+        let hash = (hash ^ word).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        hash ^ (hash >> 29)
+    }
+    let mut hash = 0xcbf2_9ce4_8422_2325u64;
+    let mut words = bytes.chunks_exact(8);
+    for word in &mut words {
+        hash = mix(hash, u64::from_le_bytes(word.try_into().unwrap()));
+    }
+    let mut tail = [0u8; 8];
+    tail[..words.remainder().len()].copy_from_slice(words.remainder());
+    mix(mix(hash, u64::from_le_bytes(tail)), bytes.len() as u64)
+}
