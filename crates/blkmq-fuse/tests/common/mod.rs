@@ -13,7 +13,9 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use blkmq_core::{Driver, HctxCx, Op, Rejected, RequestInit, Rq, SECTOR_SIZE, Status, StdPlatform};
+use blkmq_core::{
+    BioFlags, Driver, HctxCx, Op, Rejected, RequestInit, Rq, SECTOR_SIZE, Status, StdPlatform,
+};
 
 /// A RAM disk: reads and writes copy between the medium and the segments' addresses
 /// (pointers in this process), discards and write-zeroes zero, flushes are counted.
@@ -21,6 +23,10 @@ pub(crate) struct RamDisk {
     pub(crate) medium: Mutex<Vec<u8>>,
     pub(crate) flushes: AtomicU64,
     pub(crate) discards: AtomicU64,
+    /// Writes that came with FUA (forced unit access).
+    pub(crate) fua_writes: AtomicU64,
+    /// Writes, FUA or not.
+    pub(crate) writes: AtomicU64,
     /// The issuer of the last read or write.
     pub(crate) last_issuer: AtomicU64,
 }
@@ -31,6 +37,8 @@ impl RamDisk {
             medium: Mutex::new(vec![0; bytes]),
             flushes: AtomicU64::new(0),
             discards: AtomicU64::new(0),
+            fua_writes: AtomicU64::new(0),
+            writes: AtomicU64::new(0),
             last_issuer: AtomicU64::new(u64::MAX),
         }
     }
@@ -65,6 +73,12 @@ impl Driver for RamDisk {
                 if let Some(bio) = io.first_bio() {
                     let issuer = u64::from(bio.issuer.0);
                     self.last_issuer.store(issuer, Ordering::Relaxed);
+                }
+                if op == Op::Write {
+                    self.writes.fetch_add(1, Ordering::Relaxed);
+                    if io.flags().contains(BioFlags::FUA) {
+                        self.fua_writes.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
                 let mut at = start;
                 for seg in queue.segments(&rq).expect("our own request") {
