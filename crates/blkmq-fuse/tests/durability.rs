@@ -1,7 +1,8 @@
 //! What an fsync acknowledged survives the daemon's death: writers put self-describing
 //! records (sequence number, place, pseudo-random pattern, checksum) at distinct places of
-//! the served file with `O_DIRECT`, fsync, and only then log the records as acknowledged;
-//! `blkmq-disk` is killed with SIGKILL while they write. Their I/O then fails (the FUSE
+//! the served file with `O_DIRECT` and only log them as acknowledged once they are durable:
+//! one writer fsyncs after each batch of records, the other has the file open `O_DSYNC`,
+//! so that each write returns durable (a FUA write); `blkmq-disk` is killed with SIGKILL while they write. Their I/O then fails (the FUSE
 //! connection is aborted) and they stop; every acknowledged record is on the backing file,
 //! byte for byte. With the io_uring driver and with the pread/pwrite one.
 //! Skips, saying why, without root, `/dev/fuse` or `fusermount3`.
@@ -58,13 +59,16 @@ enum Ended {
 }
 
 /// Writer `id`: records `id`, `id + WRITERS`, ... in batches of one to four, each batch
-/// written and then fsynced; once the fsync returned Ok the batch's records go into
-/// `acked` (and the count into `count`). Runs until an I/O fails.
+/// written and then fsynced (by writer 0; writer 1 has the file open `O_DSYNC`, and its
+/// batches are one record each, durable when its write returns); once the fsync (or the
+/// write) returned Ok the batch's records go into `acked` (and the count into `count`).
+/// Runs until an I/O fails.
 fn writer(disk: PathBuf, id: u64, acked: Arc<Mutex<Vec<u64>>>, count: Arc<AtomicU64>) -> Ended {
+    let dsync = id == 1;
     let file = match OpenOptions::new()
         .read(true)
         .write(true)
-        .custom_flags(libc::O_DIRECT)
+        .custom_flags(libc::O_DIRECT | if dsync { libc::O_DSYNC } else { 0 })
         .open(&disk)
     {
         Ok(file) => file,
@@ -75,7 +79,8 @@ fn writer(disk: PathBuf, id: u64, acked: Arc<Mutex<Vec<u64>>>, count: Arc<Atomic
     let mut seq = id;
     while seq < SLOTS {
         batch.clear();
-        for _ in 0..1 + (seq / WRITERS) % 4 {
+        let records = if dsync { 1 } else { 1 + (seq / WRITERS) % 4 };
+        for _ in 0..records {
             if seq >= SLOTS {
                 break;
             }
@@ -86,8 +91,10 @@ fn writer(disk: PathBuf, id: u64, acked: Arc<Mutex<Vec<u64>>>, count: Arc<Atomic
             batch.push(seq);
             seq += WRITERS;
         }
-        if let Err(error) = file.sync_data() {
-            return Ended::Failed { at: seq, error };
+        if !dsync {
+            if let Err(error) = file.sync_data() {
+                return Ended::Failed { at: seq, error };
+            }
         }
         acked.lock().unwrap().extend_from_slice(&batch);
         count.fetch_add(batch.len() as u64, Ordering::SeqCst);
