@@ -33,6 +33,13 @@ fn skip() -> Option<String> {
                 ("e2fsck", "e2fsprogs"),
             ])
         })
+        .or_else(|| {
+            // A free loop device, and its node (a container may have the one, not the other).
+            let (status, free) = run("losetup", &["-f"]);
+            let free = free.trim();
+            (!status.success() || !Path::new(free).exists())
+                .then(|| format!("no free loop device (losetup -f: {status}: {free})"))
+        })
 }
 
 /// The stack, torn down in order on drop: the file system unmounted, the loop device
