@@ -23,13 +23,10 @@ pub(crate) struct Daemon {
     reader: Option<JoinHandle<()>>,
 }
 
-/// Whether `name` is an executable file in one of `PATH`'s directories (or `/sbin`,
-/// `/usr/sbin`, where a non-root `PATH` may not look).
+/// Whether `name` is a file in one of `PATH`'s directories, where [`run`] finds it.
 pub(crate) fn have_tool(name: &str) -> bool {
     let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(["/sbin".into(), "/usr/sbin".into()])
-        .any(|dir| dir.join(name).is_file())
+    std::env::split_paths(&path).any(|dir| dir.join(name).is_file())
 }
 
 /// The first tool of `tools` that is missing, as a reason to skip.
