@@ -12,6 +12,7 @@ mod common;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -22,8 +23,9 @@ use common::{Aligned, RamDisk, is_mounted, skip_reason, temp_dir, wait_for};
 
 const SIZE: usize = 16 << 20;
 
-/// A RAM disk with a volatile write cache (and FUA if `fua`), served in a fresh mount.
-fn mounted(name: &str, fua: bool) -> (Arc<RequestQueue<RamDisk>>, Served) {
+/// A RAM disk with a volatile write cache (and FUA if `fua`), served in a fresh mount
+/// (whose directory comes last).
+fn mounted(name: &str, fua: bool) -> (Arc<RequestQueue<RamDisk>>, Served, PathBuf) {
     let host = Host::new(
         TagSet::builder(16).hw_queues(2),
         StdPlatform::new(),
@@ -39,7 +41,7 @@ fn mounted(name: &str, fua: bool) -> (Arc<RequestQueue<RamDisk>>, Served) {
     let dir = temp_dir(name);
     let served = serve(queue.clone(), &dir, &ServeOptions::default()).unwrap();
     assert!(wait_for(Duration::from_secs(10), || is_mounted(&dir)));
-    (queue, served)
+    (queue, served, dir)
 }
 
 fn open(served: &Served, flags: i32) -> File {
@@ -87,7 +89,7 @@ fn dsync_and_sync_writes_are_fua_on_a_device_that_honours_it() {
         eprintln!("skipped: {why}");
         return;
     }
-    let (queue, served) = mounted("sync-fua", true);
+    let (queue, served, dir) = mounted("sync-fua", true);
     let plain = open(&served, libc::O_DIRECT);
     // Kept open across the writes: a close sends a flush of its own.
     let dsync = open(&served, libc::O_DIRECT | libc::O_DSYNC);
@@ -125,6 +127,7 @@ fn dsync_and_sync_writes_are_fua_on_a_device_that_honours_it() {
     drop(medium);
     drop((plain, dsync, sync));
     served.unmount().unwrap();
+    std::fs::remove_dir(&dir).unwrap();
 }
 
 #[test]
@@ -133,7 +136,7 @@ fn a_dsync_write_is_followed_by_a_flush_on_a_device_without_fua() {
         eprintln!("skipped: {why}");
         return;
     }
-    let (queue, served) = mounted("sync-nofua", false);
+    let (queue, served, dir) = mounted("sync-nofua", false);
     let plain = open(&served, libc::O_DIRECT);
     let dsync = open(&served, libc::O_DIRECT | libc::O_DSYNC);
 
@@ -146,4 +149,5 @@ fn a_dsync_write_is_followed_by_a_flush_on_a_device_without_fua() {
     assert!(flushes >= 1, "an O_DSYNC write is followed by a flush");
     drop((plain, dsync));
     served.unmount().unwrap();
+    std::fs::remove_dir(&dir).unwrap();
 }
