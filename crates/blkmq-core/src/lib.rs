@@ -66,6 +66,7 @@ mod queue_tags;
 mod request;
 mod segment;
 mod split;
+mod stats;
 mod sync;
 mod tags;
 mod tagset;
@@ -92,6 +93,7 @@ pub use request::{
     NO_TAG, Request, Rq, RqIo, RqSegments, RqState, unique_tag, unique_tag_hwq, unique_tag_tag,
 };
 pub use segment::{BioData, BioSegments, DataPos, Segment, SgTooSmall};
+pub use stats::{IO_TICK_NS, IoStats, LATENCY_BUCKETS, Latency, OpGroup, OpStats, Rates};
 pub use tags::RequestInit;
 pub use tagset::{
     BusyRq, DEFAULT_MAX_QUEUES, DEFAULT_TIMEOUT_NS, MAX_DEPTH, MAX_HW_QUEUES, MAX_SCHED_DEPTH,

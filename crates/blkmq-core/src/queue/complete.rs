@@ -132,6 +132,7 @@ impl<D: Driver> RequestQueue<D> {
             if io.flush_state() != 0 {
                 return false;
             }
+            self.account_done(hctx, io);
             // Flushes bypass the elevator.
             if elevated && io.op() != Op::Flush {
                 self.elevator_done(rq, issued);
@@ -163,6 +164,7 @@ impl<D: Driver> RequestQueue<D> {
 
     /// Frees a request whose bios merged into another (one of ours: the merge looked it up).
     pub(super) fn free_merged(&self, rq: Rq) {
+        self.account_request_merge(&rq);
         if self.tags().free(rq).is_ok() {
             self.put_usage();
         }

@@ -115,6 +115,7 @@ use crate::request::{Request, Rq, RqIo, RqState};
 use crate::split::SplitPool;
 use crate::sync::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
+mod account;
 mod complete;
 mod config;
 mod data;
@@ -274,6 +275,8 @@ pub struct RequestQueue<D: Driver> {
     timed_out: AtomicU64,
     /// Submitters waiting for the queue to thaw (see `wait.rs`).
     thaw: wait::Thaw<D>,
+    /// I/O accounting, when on (`account.rs`).
+    acct: Option<crate::stats::Accounting>,
 }
 
 // SAFETY: the `UnsafeCell` around the tags is written only while no other thread can reach
@@ -391,6 +394,9 @@ impl<D: Driver> RequestQueue<D> {
             splits: SplitPool::new(2 * capacity),
             timed_out: AtomicU64::new(0),
             thaw: lock_api::Mutex::new(wait::ThawList::default()),
+            acct: config
+                .accounting
+                .then(|| crate::stats::Accounting::new(nr_cpus, nr_hw, set.platform().now_ns())),
         });
         slots[slot] = Some(Arc::downgrade(&queue));
         Ok(queue)

@@ -193,6 +193,7 @@ impl<D: Driver> RequestQueue<D> {
             match e.bio_merge(&cx, bio) {
                 Ok(()) => {
                     drop(guard);
+                    self.account_bio_merge(&bio, hctx);
                     drop(usage);
                     return Ok(Ok(()));
                 }
@@ -210,6 +211,7 @@ impl<D: Driver> RequestQueue<D> {
         };
         // INVARIANT: the request holds the usage reference until it is freed.
         usage.hand_to_request();
+        self.account_start(&mut rq, cpu, hctx);
         e.prepare_request(&cx, &mut rq);
         if let Some(plug) = plug {
             drop(guard);

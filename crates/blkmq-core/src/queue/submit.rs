@@ -277,6 +277,7 @@ impl<D: Driver> RequestQueue<D> {
         if mergeable {
             if let Some(plug) = plug.as_deref_mut() {
                 if plug.try_merge(self, bio) {
+                    self.account_bio_merge(bio, hctx);
                     return Ok(());
                 }
             }
@@ -297,17 +298,19 @@ impl<D: Driver> RequestQueue<D> {
             }
         } else {
             if mergeable && self.try_ctx_merge(cpu, kind, bio) {
+                self.account_bio_merge(bio, hctx);
                 return Ok(());
             }
             usage
         };
-        let rq = match self
+        let mut rq = match self
             .tags()
             .alloc_with_bio(&Alloc::new(hctx, cpu), *bio, segments)
         {
             Ok(rq) => rq,
             Err((e, bio)) => return self.alloc_failed(usage, e, bio),
         };
+        self.account_start(&mut rq, cpu, hctx);
         // INVARIANT: the request holds the usage reference until it is freed.
         usage.hand_to_request();
         match plug {
