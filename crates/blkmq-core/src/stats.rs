@@ -10,18 +10,25 @@
 //! # What is counted, where
 //!
 //! * **A request made for a bio** (allocated and given the bio, Linux's
-//!   `blk_account_io_start`): the time, from the platform's precise clock, kept in the
-//!   request; in flight plus one for its direction (reads; everything else); the busy time
-//!   brought up to date (below).
+//!   `blk_account_io_start`): the time, kept in the request; one more made for its
+//!   direction (reads; everything else); the busy time brought up to date (below).
 //! * **A bio merged into a request**, in a plug, a software queue or an elevator, and a
 //!   request merged into another (Linux's `blk_account_io_merge_bio` and
 //!   `blk_account_io_merge_request`): merges plus one for the operation; a request merged
-//!   away also leaves in flight.
+//!   away is counted as gone, so it leaves in flight.
 //! * **A request completed** (Linux's `blk_account_io_done`): completions, sectors and the
 //!   time from the request's allocation to now (Linux's `now - rq->start_time_ns`, whose stamp
 //!   is set at allocation too), for its operation; the same time in the operation's latency
-//!   histogram; in flight minus one; the busy time. Each step of a flush sequence is the same
-//!   request going on, not a completion: it is counted once, when the sequence ends it.
+//!   histogram; the busy time. Each step of a flush sequence is the same request going on,
+//!   not a completion: it is counted once, when the sequence ends it.
+//!
+//! Both times come from the platform's [coarse clock](crate::Platform::coarse_now_ns) (the
+//! one the start stamp for timeouts is read from; on `StdPlatform` under Linux,
+//! `CLOCK_MONOTONIC_COARSE`), one reading at each end: a precise reading costs several times
+//! the rest of the accounting. So a single time has the coarse clock's resolution (a kernel
+//! tick there, 1 to 4 ms), while sums and means over many requests stay exact on average (a
+//! request's start and end fall at random within their ticks); a platform whose coarse
+//! clock is its precise one (the default of [`Platform`](crate::Platform)) gives exact times.
 //!
 //! Operations group as Linux's `op_stat_group`: reads; writes and write-zeroes; discards;
 //! flushes.
@@ -31,8 +38,9 @@
 //! Every counter is kept per CPU and per hardware queue, each CPU's on cache lines of its own,
 //! and updated with a relaxed `fetch_add` on the caller's CPU (a thread that moves between
 //! CPUs meanwhile only adds to another CPU's line, never loses a count); a reading sums the
-//! parts. In flight is incremented on the submitting CPU and decremented on the completing
-//! one, so one part may go below zero; only the sum means anything (Linux's
+//! parts. In flight is the requests made (counted on the submitting CPU) less those
+//! completed (counted on the completing one, by the completion counter it bumps anyway) and
+//! merged away, so one CPU's part may be below zero; only the sum means anything (Linux's
 //! `part_in_flight`).
 //!
 //! The busy time (`io_ticks`) follows Linux's `update_io_ticks`: a stamp of the last
@@ -441,8 +449,10 @@ struct Part {
     merges: [AtomicU64; 4],
     sectors: [AtomicU64; 4],
     nsecs: [AtomicU64; 4],
-    /// Wrapping; only the sum over CPUs means anything.
-    in_flight: [AtomicU64; 2],
+    /// Requests made, per direction (reads; everything else).
+    started: [AtomicU64; 2],
+    /// Requests merged away, per direction.
+    gone: [AtomicU64; 2],
 }
 
 impl Part {
@@ -452,7 +462,8 @@ impl Part {
             merges: core::array::from_fn(|_| AtomicU64::new(0)),
             sectors: core::array::from_fn(|_| AtomicU64::new(0)),
             nsecs: core::array::from_fn(|_| AtomicU64::new(0)),
-            in_flight: core::array::from_fn(|_| AtomicU64::new(0)),
+            started: core::array::from_fn(|_| AtomicU64::new(0)),
+            gone: core::array::from_fn(|_| AtomicU64::new(0)),
         }
     }
 }
@@ -536,16 +547,26 @@ impl Accounting {
         &self.parts[cpu * self.nr_hctxs + hctx]
     }
 
-    /// In flight on `hctx` (`None`: the whole queue), summed over CPUs.
+    /// In flight on `hctx` (`None`: the whole queue), summed over CPUs: made, less
+    /// completed, less merged away. Each part is read made first, so a reading that races
+    /// with I/O may see a completion whose start it missed: clamped at zero.
     fn in_flight(&self, hctx: Option<usize>) -> [u64; 2] {
         let mut sum = [0u64; 2];
         for (i, part) in self.parts.iter().enumerate() {
             if hctx.is_some_and(|h| i % self.nr_hctxs != h) {
                 continue;
             }
-            for (s, n) in sum.iter_mut().zip(&part.in_flight) {
-                *s = s.wrapping_add(n.load(Ordering::Relaxed));
+            for (dir, s) in sum.iter_mut().enumerate() {
+                *s = s.wrapping_add(part.started[dir].load(Ordering::Relaxed));
+                *s = s.wrapping_sub(part.gone[dir].load(Ordering::Relaxed));
             }
+            let ios = |g: OpGroup| part.ios[g as usize].load(Ordering::Relaxed);
+            sum[0] = sum[0].wrapping_sub(ios(OpGroup::Read));
+            sum[1] = sum[1].wrapping_sub(
+                ios(OpGroup::Write)
+                    .wrapping_add(ios(OpGroup::Discard))
+                    .wrapping_add(ios(OpGroup::Flush)),
+            );
         }
         sum.map(|s| if (s as i64) < 0 { 0 } else { s })
     }
@@ -568,7 +589,7 @@ impl Accounting {
     pub(crate) fn started(&self, cpu: usize, hctx: usize, op: Op, now_ns: u64) {
         self.tick(hctx, now_ns, false);
         let dir = usize::from(op.is_write());
-        self.part(cpu, hctx).in_flight[dir].fetch_add(1, Ordering::Relaxed);
+        self.part(cpu, hctx).started[dir].fetch_add(1, Ordering::Relaxed);
     }
 
     /// A merge of `group` on `cpu`, `hctx`; `merged_away` when a made request went with it.
@@ -578,7 +599,7 @@ impl Accounting {
         part.merges[group as usize].fetch_add(1, Ordering::Relaxed);
         if merged_away {
             let dir = usize::from(group != OpGroup::Read);
-            part.in_flight[dir].fetch_sub(1, Ordering::Relaxed);
+            part.gone[dir].fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -600,8 +621,6 @@ impl Accounting {
         part.ios[g].fetch_add(1, Ordering::Relaxed);
         part.sectors[g].fetch_add(sectors, Ordering::Relaxed);
         part.nsecs[g].fetch_add(took, Ordering::Relaxed);
-        let dir = usize::from(group != OpGroup::Read);
-        part.in_flight[dir].fetch_sub(1, Ordering::Relaxed);
         let cpu = cpu.min(self.nr_cpus - 1);
         self.latency[cpu][g][Latency::bucket(took)].fetch_add(1, Ordering::Relaxed);
     }

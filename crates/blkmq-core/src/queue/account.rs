@@ -18,7 +18,7 @@ impl<D: Driver> RequestQueue<D> {
         let Some(acct) = &self.acct else {
             return;
         };
-        let now = self.platform().now_ns();
+        let now = self.platform().coarse_now_ns();
         if let Ok(io) = self.tags().io_mut(rq) {
             let op = io.op();
             io.alloc_ns = now;
@@ -56,7 +56,7 @@ impl<D: Driver> RequestQueue<D> {
             return;
         };
         if let Some(group) = counted_group(io) {
-            let now = self.platform().now_ns();
+            let now = self.platform().coarse_now_ns();
             acct.done(self.cpu(), hctx, group, io.sectors(), io.alloc_ns, now);
         }
     }
@@ -79,7 +79,7 @@ impl<D: Driver> RequestQueue<D> {
     /// ```
     pub fn stats(&self) -> Option<IoStats> {
         let acct = self.acct.as_ref()?;
-        Some(acct.read(None, self.platform().now_ns()))
+        Some(acct.read(None, self.platform().coarse_now_ns()))
     }
 
     /// Hardware queue `hctx`'s I/O statistics now; `None` when accounting is off or there is
@@ -102,7 +102,7 @@ impl<D: Driver> RequestQueue<D> {
         if hctx >= self.hctxs.len() {
             return None;
         }
-        Some(acct.read(Some(hctx), self.platform().now_ns()))
+        Some(acct.read(Some(hctx), self.platform().coarse_now_ns()))
     }
 
     /// The latency histograms of the queue's completions, per operation group; `None` when

@@ -396,7 +396,7 @@ impl<D: Driver> RequestQueue<D> {
             thaw: lock_api::Mutex::new(wait::ThawList::default()),
             acct: config
                 .accounting
-                .then(|| crate::stats::Accounting::new(nr_cpus, nr_hw, set.platform().now_ns())),
+                .then(|| crate::stats::Accounting::new(nr_cpus, nr_hw, set.platform().coarse_now_ns())),
         });
         slots[slot] = Some(Arc::downgrade(&queue));
         Ok(queue)
