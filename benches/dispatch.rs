@@ -50,6 +50,8 @@
 //! After the benchmarks, a summary gives the ratios from criterion's medians. After an
 //! unfiltered run, the same ratios are measured again as paired comparisons (interleaved
 //! rounds, the median of the per-round ratios), which a noisy machine disturbs far less.
+//! Last, `accounting: on/off`: the `io` case with [`QueueConfig::accounting`] on against
+//! off, paired, at one thread and two (the target: at most [`ACCOUNTING_TARGET`]).
 //!
 //! What goes through [`black_box`]: each bio (its sector is a run-time value anyway) and the
 //! raw bit between get and put. Every timed step is `#[inline(never)]`, so criterion's loops
@@ -129,6 +131,9 @@ const IO_TARGET: f64 = 8.0;
 /// The most a completion may cost with [`WIDE_HCTXS`] hardware queues, as a ratio of time
 /// over one hardware queue.
 const COMPLETE_TARGET: f64 = 1.10;
+
+/// The most one I/O may cost with accounting on, as a ratio of time over accounting off.
+const ACCOUNTING_TARGET: f64 = 1.05;
 
 /// I/Os (or completions) per thread in one round of a paired comparison.
 const PAIRED_IOS: u64 = 50_000;
@@ -716,6 +721,7 @@ fn main() {
     summary(started);
     if paired {
         paired_summary();
+        accounting_summary();
     }
 }
 
@@ -854,4 +860,45 @@ fn paired_summary() {
         println!("| {name} | {} |", against(ratio, COMPLETE_TARGET));
     }
     all.settled();
+}
+
+/// I/O accounting on against off ([`QueueConfig::accounting`]), paired per I/O as `io`
+/// (each request ended inside `queue_rq`), at one thread and two. The target: at most
+/// [`ACCOUNTING_TARGET`] at both.
+fn accounting_summary() {
+    let dev = |accounting: bool| {
+        let host = Host::new(
+            TagSet::builder(IO_DEPTH).hw_queues(IO_CPUS),
+            StdPlatform::with_cpus(IO_CPUS),
+            Inline::make(IO_CPUS, IO_DEPTH),
+        )
+        .expect("a valid host");
+        let config = QueueConfig::new(QueueLimits::new(CAPACITY)).accounting(accounting);
+        let queue = host.add_queue(config).expect("a valid queue");
+        let dev = Dev { host, queue };
+        dev.settled();
+        dev
+    };
+    let (on, off) = (dev(true), dev(false));
+    let n = PAIRED_IOS;
+    let ratios: Vec<String> = (1..=THREADS)
+        .map(|threads| {
+            let ratio = paired_ratio(
+                || timed(&Direct(&on), threads, n),
+                || timed(&Direct(&off), threads, n),
+            );
+            let miss = if ratio > ACCOUNTING_TARGET { "*" } else { "" };
+            format!("{ratio:.2}{miss} ({threads}t)")
+        })
+        .collect();
+    on.settled();
+    off.settled();
+    let stats = on.queue.stats().expect("accounting on");
+    assert_eq!(stats.in_flight_total(), 0, "requests left in flight");
+    assert_eq!(stats.ios(), stats.op(blkmq_core::OpGroup::Read).ios);
+    println!();
+    println!(
+        "accounting: on/off = {} (paired per I/O, median of {PAIRED_ROUNDS} rounds of {n}; <= {ACCOUNTING_TARGET})",
+        ratios.join(", ")
+    );
 }
