@@ -10,8 +10,11 @@
 //! It serves until SIGINT or SIGTERM (or until the mount is unmounted from outside), then
 //! unmounts, flushes the device, drains the queue, syncs the backing file and prints a
 //! summary; the exit status is 0. Once a second a line on stderr gives the IOPS, MB/s,
-//! mean and 99th percentile latency of the last second, and the requests the driver holds
-//! on each hardware queue. A problem found before serving (no `/dev/fuse`, no way to
+//! mean and 99th percentile latency of the last second as the file's users saw them, then
+//! the device's side from the queue's I/O accounting (`iostat -x`'s r/s, w/s, rkB/s, wkB/s,
+//! r_await, w_await, aqu-sz and %util) and the mean number of requests on each hardware
+//! queue (allocated, not yet completed). The summary ends with the device's
+//! `/proc/diskstats` line. A problem found before serving (no `/dev/fuse`, no way to
 //! mount, a backing file that cannot be opened or sized, no mount point) is one line on
 //! stderr and exit status 1; a bad command line, exit status 2.
 //!
@@ -64,8 +67,8 @@ mod linux {
     use std::time::{Duration, Instant};
 
     use blkmq_core::{
-        Bio, Driver, Elevator, Host, Op, QueueConfig, QueueLimits, RequestQueue, RqState,
-        SECTOR_SIZE, Status, StdPlatform, TagSet,
+        Bio, Driver, Elevator, Host, IoStats, Op, Platform, QueueConfig, QueueLimits, Rates,
+        RequestQueue, SECTOR_SIZE, Status, StdPlatform, TagSet,
     };
     use blkmq_fuse::{OpKind, ServeOptions, Served, Snapshot, serve};
     use blkmq_sched_bfq::Bfq;
@@ -120,7 +123,7 @@ mod linux {
     }
 
     fn config(args: &Args, limits: QueueLimits) -> QueueConfig {
-        let config = QueueConfig::new(limits);
+        let config = QueueConfig::new(limits).accounting(true);
         let elevator: Option<Box<dyn Elevator>> = match args.elevator {
             args::Elevator::None => None,
             args::Elevator::Deadline => Some(Box::new(Deadline::new())),
@@ -144,7 +147,7 @@ mod linux {
         let queue = UringDisk::add_queue(&host, config(args, limits))
             .map_err(|e| format!("bad queue set-up: {e}"))?;
         // The reapers stop when the disk drops, with the host.
-        serve_until_stopped(args, &host, &queue, stop, &how, dma_alignment)
+        serve_until_stopped(args, &queue, stop, &how, dma_alignment)
     }
 
     /// Opens (and sizes) the backing file for the pread/pwrite driver; its size in bytes.
@@ -197,7 +200,7 @@ mod linux {
             .map_err(|e| format!("cannot start I/O threads: {e}"))?;
         // The block layer's own segment alignment (512 bytes): pread and pwrite take any
         // address, but segments are kept as aligned as the queue's default limits ask.
-        let served = serve_until_stopped(args, &host, &queue, stop, "pread/pwrite", 511);
+        let served = serve_until_stopped(args, &queue, stop, "pread/pwrite", 511);
         queue.driver().stop();
         for thread in io_threads {
             let _ = thread.join();
@@ -210,23 +213,21 @@ mod linux {
             .map_err(|e| backing_error(args, &format!("cannot sync it: {e}")))
     }
 
-    /// Requests the driver holds on each hardware queue of `queue` now.
-    fn in_flight<D: Driver>(host: &Host<D>, queue: &RequestQueue<D>, counts: &mut [usize]) {
-        host.set().for_each_busy(|busy| {
-            if busy.queue == queue.id() && busy.state == RqState::InFlight {
-                if let Some(n) = counts.get_mut(busy.hctx) {
-                    *n += 1;
-                }
-            }
-            true
-        });
+    /// The queue's accounting now: the whole queue, then each hardware queue, and the
+    /// platform time of the reading.
+    fn device<D: Driver>(queue: &RequestQueue<D>) -> (IoStats, Vec<IoStats>, u64) {
+        let at = queue.platform().coarse_now_ns();
+        let whole = queue.stats().unwrap_or_default();
+        let hctxs = (0..queue.nr_hw_queues())
+            .map(|h| queue.hctx_stats(h).unwrap_or_default())
+            .collect();
+        (whole, hctxs, at)
     }
 
     /// Mounts `queue`, prints a line a second until a signal (or an unmount from outside),
     /// then unmounts, flushes, drains the queue and prints the summary.
     fn serve_until_stopped<D: Driver>(
         args: &Args,
-        host: &Host<D>,
         queue: &Arc<RequestQueue<D>>,
         stop: &AtomicBool,
         how: &str,
@@ -252,28 +253,28 @@ mod linux {
 
         let began = Instant::now();
         let mut last = served.stats().snapshot();
+        let mut last_dev = device(queue);
         let mut tick = Instant::now();
-        // Requests in flight per hardware queue, summed over the samples of this second.
-        let hw_queues = host.set().nr_hw_queues();
-        let mut sums = vec![0usize; hw_queues];
-        let mut samples = 0usize;
         while !stop.load(Ordering::Relaxed) && served.is_serving() {
             std::thread::sleep(Duration::from_millis(50));
-            in_flight(host, queue, &mut sums);
-            samples += 1;
             if tick.elapsed() >= Duration::from_secs(1) {
                 let now = served.stats().snapshot();
+                let now_dev = device(queue);
                 if !args.quiet {
-                    let mean: Vec<f64> = sums
+                    let elapsed = now_dev.2.saturating_sub(last_dev.2);
+                    let rates = now_dev.0.since(&last_dev.0, elapsed);
+                    // Each hardware queue's aqu-sz: its mean number of requests.
+                    let mean: Vec<f64> = now_dev
+                        .1
                         .iter()
-                        .map(|&sum| sum as f64 / samples as f64)
+                        .zip(&last_dev.1)
+                        .map(|(now, then)| now.since(then, elapsed).aqu_sz)
                         .collect();
-                    let line = live_line(&now.since(&last), tick.elapsed(), &mean);
+                    let line = live_line(&now.since(&last), tick.elapsed(), &rates, &mean);
                     let _ = writeln!(std::io::stderr(), "{line}");
                 }
-                sums.fill(0);
-                samples = 0;
                 last = now;
+                last_dev = now_dev;
                 tick = Instant::now();
             }
         }
@@ -290,6 +291,14 @@ mod linux {
         let flushed = queue.submit_and_wait(Bio::new(Op::Flush, 0, 0));
         queue.freeze();
         eprintln!("{}", summary(&stats.snapshot(), began.elapsed(), why));
+        if let Some(device) = queue.stats() {
+            eprintln!(
+                "blkmq-disk: the device: {} requests ({} merges), {:.1}% busy; diskstats: {device}",
+                device.ios(),
+                device.merges(),
+                100.0 * device.io_ticks_ns as f64 / began.elapsed().as_nanos().max(1) as f64,
+            );
+        }
         unmounted.map_err(|e| format!("unmount failed: {e}"))?;
         if flushed != Status::Ok {
             return Err(format!("the final flush failed: {flushed:?}"));
@@ -326,17 +335,27 @@ mod linux {
             None => "-".into(),
         }
     }
-    /// One second's line: IOPS, MB/s, mean and p99 latency, and the mean of the requests
-    /// in flight on each hardware queue.
-    fn live_line(delta: &Snapshot, over: Duration, in_flight: &[f64]) -> String {
+    /// One second's line: IOPS, MB/s, mean and p99 latency of the file's operations; the
+    /// device's rates; the mean number of requests on each hardware queue.
+    fn live_line(delta: &Snapshot, over: Duration, dev: &Rates, in_flight: &[f64]) -> String {
         let secs = over.as_secs_f64().max(1e-9);
         let in_flight: Vec<String> = in_flight.iter().map(|n| format!("{n:.1}")).collect();
         format!(
-            "{:>9.0} IOPS {:>9.1} MB/s  mean {:>10}  p99 {:>10}  in flight per hw queue [{}]",
+            "{:>9.0} IOPS {:>9.1} MB/s  mean {:>10}  p99 {:>10}  device r/s {:.0} w/s {:.0} \
+             rkB/s {:.0} wkB/s {:.0} r_await {:.2} ms w_await {:.2} ms aqu-sz {:.2} %util {:.1}  \
+             in flight per hw queue [{}]",
             delta.ops() as f64 / secs,
             delta.bytes() as f64 / secs / 1e6,
             micros(delta.mean_latency_ns()),
             micros(delta.percentile_ns(0.99)),
+            dev.r_s,
+            dev.w_s,
+            dev.rkb_s,
+            dev.wkb_s,
+            dev.r_await_ms,
+            dev.w_await_ms,
+            dev.aqu_sz,
+            dev.util_pct,
             in_flight.join(" ")
         )
     }
