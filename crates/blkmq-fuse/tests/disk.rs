@@ -103,7 +103,12 @@ fn serve_and_stop(name: &str, extra: &[&str]) {
     let diskstats: Vec<u64> = log
         .lines()
         .find_map(|line| line.split_once("diskstats: "))
-        .map(|(_, fields)| fields.split_whitespace().map(|f| f.parse().unwrap()).collect())
+        .map(|(_, fields)| {
+            fields
+                .split_whitespace()
+                .map(|f| f.parse().unwrap())
+                .collect()
+        })
         .unwrap_or_else(|| panic!("no diskstats line: {log}"));
     assert_eq!(diskstats.len(), 17, "{log}");
     assert!(diskstats[2] >= 512 && diskstats[6] >= 512, "{log}");

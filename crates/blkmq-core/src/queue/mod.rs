@@ -394,9 +394,9 @@ impl<D: Driver> RequestQueue<D> {
             splits: SplitPool::new(2 * capacity),
             timed_out: AtomicU64::new(0),
             thaw: lock_api::Mutex::new(wait::ThawList::default()),
-            acct: config
-                .accounting
-                .then(|| crate::stats::Accounting::new(nr_cpus, nr_hw, set.platform().coarse_now_ns())),
+            acct: config.accounting.then(|| {
+                crate::stats::Accounting::new(nr_cpus, nr_hw, set.platform().coarse_now_ns())
+            }),
         });
         slots[slot] = Some(Arc::downgrade(&queue));
         Ok(queue)
