@@ -114,7 +114,7 @@ impl<D: Driver> RequestQueue<D> {
     /// let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null::new()).unwrap();
     /// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(64)).accounting(true)).unwrap();
     /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
-    /// queue.submit(Bio::new(Op::Read, 64, 8)).unwrap();
+    /// queue.submit(Bio::new(Op::Read, 32, 8)).unwrap();
     /// assert_eq!(queue.latency().unwrap().count(OpGroup::Read), 2);
     /// ```
     pub fn latency(&self) -> Option<Latency> {
