@@ -429,7 +429,13 @@ impl Latency {
         if total == 0 {
             return None;
         }
-        let want = ((pct / 100.0) * total as f64).ceil().max(1.0) as u64;
+        // The rank, rounded up (`f64::ceil` is not in `core`).
+        let rank = (pct / 100.0) * total as f64;
+        let mut want = rank as u64;
+        if (want as f64) < rank {
+            want += 1;
+        }
+        let want = want.max(1);
         let mut seen = 0;
         for (i, n) in self.buckets[group as usize].iter().enumerate() {
             seen += n;
