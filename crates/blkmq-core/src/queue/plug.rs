@@ -103,6 +103,8 @@ pub struct Plug<'q, D: Driver> {
     rqs: [Option<Rq>; PLUG_MAX_MULTI],
     len: usize,
     multiple_queues: bool,
+    /// Sectors of the last request, `rqs[len - 1]`, while `len` is not zero.
+    last_sectors: u64,
     cache: RqCache<'q, D>,
 }
 
@@ -179,6 +181,7 @@ impl<'q, D: Driver> Plug<'q, D> {
             rqs: [const { None }; PLUG_MAX_MULTI],
             len: 0,
             multiple_queues: false,
+            last_sectors: 0,
             cache: RqCache {
                 rqs: [const { None }; PLUG_CACHE],
                 len: 0,
@@ -301,27 +304,34 @@ impl<'q, D: Driver> Plug<'q, D> {
         if queue.has_elevator.load(Ordering::Relaxed) && !queue.elevator_allows_merge(rq, bio) {
             return false;
         }
-        crate::merge::merge_into(tags, &queue.limits, rq, bio)
+        let merged = crate::merge::merge_into(tags, &queue.limits, rq, bio);
+        // A merge grows the request by the bio.
+        if merged && newest == self.len.checked_sub(1) {
+            self.last_sectors += u64::from(bio.sectors);
+        }
+        merged
     }
 
     /// Adds a fresh request, flushing first when the plug is full or its last request large.
     pub(super) fn add(&mut self, queue: &'q RequestQueue<D>, rq: Rq) {
+        let sectors = queue.io(&rq).map_or(0, |io| io.sectors());
+        self.add_sized(queue, rq, sectors);
+    }
+
+    /// [`add`](Self::add) for a request of `sectors` sectors.
+    #[inline]
+    pub(super) fn add_sized(&mut self, queue: &'q RequestQueue<D>, rq: Rq, sectors: u64) {
         let max = if self.multiple_queues {
             PLUG_MAX_MULTI
         } else {
             PLUG_MAX
         };
-        let last = self.len.checked_sub(1);
-        let large = last.is_some_and(|i| {
-            let (Some(q), Some(last)) = (self.queues[i], &self.rqs[i]) else {
-                return false;
-            };
-            q.io(last)
-                .is_some_and(|io| io.sectors() * crate::bio::SECTOR_SIZE >= PLUG_FLUSH_BYTES)
-        });
+        let large =
+            self.len != 0 && self.last_sectors * crate::bio::SECTOR_SIZE >= PLUG_FLUSH_BYTES;
         if self.len >= max || large {
             self.flush();
         }
+        self.last_sectors = sectors;
         // As Linux: several queues once a request follows one of another queue.
         if let Some(last) = self.len.checked_sub(1).and_then(|i| self.queues[i]) {
             if !core::ptr::eq(last, queue) {
@@ -390,12 +400,7 @@ impl<'q, D: Driver> RqCache<'q, D> {
             return;
         }
         let want = self.left.min(PLUG_CACHE);
-        let mut fill = Fill {
-            slots: &mut self.rqs,
-            len: 0,
-        };
-        let _ = tags.alloc_batch(&Alloc::new(hctx, cpu), want, &mut fill);
-        let got = fill.len;
+        let got = tags.alloc_cached(&Alloc::new(hctx, cpu), &mut self.rqs[..want]);
         if got != 0 {
             self.len = got;
             self.queue = Some(queue);
@@ -421,25 +426,6 @@ impl<'q, D: Driver> RqCache<'q, D> {
 impl<D: Driver> Drop for RqCache<'_, D> {
     fn drop(&mut self) {
         self.give_back();
-    }
-}
-
-/// The room a batch allocation fills: the cache's slots, from the first.
-struct Fill<'a> {
-    slots: &'a mut [Option<Rq>; PLUG_CACHE],
-    len: usize,
-}
-
-impl Extend<Rq> for Fill<'_> {
-    fn extend<I: IntoIterator<Item = Rq>>(&mut self, iter: I) {
-        for rq in iter {
-            // The batch is no larger than asked, at most the room; should it be, the rest
-            // is not ours to keep, and the queue's drop would free it.
-            if let Some(slot) = self.slots.get_mut(self.len) {
-                *slot = Some(rq);
-                self.len += 1;
-            }
-        }
     }
 }
 

@@ -319,7 +319,7 @@ impl<D: Driver> RequestQueue<D> {
         usage.hand_to_request();
         match plug {
             _ if sequenced => self.flush_insert(rq),
-            Some(plug) => plug.add(self, rq),
+            Some(plug) => plug.add_sized(self, rq, u64::from(bio.sectors)),
             // The common submission: issued at once on an idle hardware queue.
             None if !elevated && bio.op != Op::Flush => self.issue_direct(rq, cpu, hctx, kind),
             None => {
@@ -343,11 +343,7 @@ impl<D: Driver> RequestQueue<D> {
         hctx: usize,
     ) -> Option<Rq> {
         let mut rq = plug.take_cached(self, hctx, cpu)?;
-        if self
-            .tags()
-            .set_bio_segments(&mut rq, *bio, segments)
-            .is_err()
-        {
+        if !self.tags().set_cached_bio(&mut rq, *bio, segments) {
             plug.forget_cache();
             return None;
         }

@@ -4,12 +4,14 @@ use core::ptr;
 
 use blkmq_sbitmap::{BitBatch, SbitmapError};
 
+use crate::bio::Bio;
 use crate::platform::Platform;
 use crate::request::Rq;
+use crate::segment::SegSpan;
 use crate::tags::TagMap;
 use crate::tagset::TagSetFlags;
 
-use super::QueueTags;
+use super::{Alloc, QueueTags};
 
 /// Normal driver tags of one bitmap word of one map, released and not yet put back:
 /// gathered over consecutive requests and put with one atomic operation (Linux's
@@ -95,6 +97,61 @@ impl<T, P: Platform> QueueTags<T, P> {
         self.sched.is_none()
             && !self.set.is_shared()
             && !self.set.flags().contains(TagSetFlags::ROUND_ROBIN)
+    }
+
+    /// Allocates up to `slots.len()` requests for `alloc` (a plain one: see
+    /// [`batch_allocates`](Self::batch_allocates)) from one bitmap word with one atomic
+    /// operation, into `slots` from the first; returns how many. The plug's cache fill:
+    /// [`alloc_batch`](Self::alloc_batch) in one pass, into fixed room.
+    #[inline]
+    pub(crate) fn alloc_cached(&self, alloc: &Alloc, slots: &mut [Option<Rq>]) -> usize {
+        if alloc.hctx >= self.nr_hw_queues || alloc.reserved || alloc.shallow_depth.is_some() {
+            return 0;
+        }
+        let maps = self.maps();
+        let m = if maps.len() == 1 { 0 } else { alloc.hctx };
+        let map = &maps[m];
+        let Some(batch) = map.get_batch(alloc.cpu, slots.len()) else {
+            return 0;
+        };
+        let mut got = 0;
+        for (bit, slot) in batch.iter().zip(slots.iter_mut()) {
+            let tag = bit + map.nr_reserved;
+            let request = &map.requests[tag];
+            // SAFETY: the batch gave us this tag alone, so nobody else reaches `io`.
+            unsafe { request.io_mut() }.reset(alloc.cpu as u32, false);
+            let generation = request.claim(alloc.hctx as u32, self.id);
+            *slot = Some(Rq::new(self.set_id, m, tag, generation));
+            got += 1;
+        }
+        got
+    }
+
+    /// Puts `bio` (with its data segments `segments`) on `rq`, a request of a plug's cache
+    /// (nothing on it); whether it did: `false` when the token is not ours (the queue's tags
+    /// were replaced since the cache was filled), and then nothing changed.
+    #[inline(always)]
+    pub(crate) fn set_cached_bio(&self, rq: &mut Rq, bio: Bio, segments: SegSpan) -> bool {
+        if rq.pool() != self.set_id {
+            return false;
+        }
+        let Some(request) = self
+            .maps()
+            .get(rq.map())
+            .and_then(|map| map.requests.get(rq.index()))
+        else {
+            return false;
+        };
+        if !request.is_owned_by(self.id, rq.generation()) {
+            return false;
+        }
+        // SAFETY: the token is live and ours (just checked), and the caller owns it: nobody
+        // else reaches `io`.
+        let io = unsafe { request.io_mut() };
+        debug_assert_eq!(io.nr_bios(), 0, "a cached request carries nothing");
+        io.set_bio(bio);
+        io.set_span(segments);
+        true
     }
 
     /// Frees a request with nothing on it (a plug's unused cached request): our own normal
