@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::thread::{JoinHandle, ThreadId};
 
 use blkmq_core::{
-    BioFlags, Driver, HctxCx, Host, Op, QueueConfig, QueueLimits, Rejected, RequestInit,
+    BioFlags, Driver, HctxCx, Host, Op, QueueConfig, QueueLimits, QueueType, Rejected, RequestInit,
     RequestQueue, Rq, SECTOR_SIZE, Status, StdPlatform, TagSet, TagSetBuilder,
 };
 use io_uring::{IoUring, opcode, squeue, types};
@@ -619,6 +619,18 @@ impl Shared {
     fn reap(&self, hctx: usize) {
         let ring = &self.rings[hctx];
         let weak = self.queue.get().cloned().unwrap_or_default();
+        if let Some(queue) = weak.upgrade() {
+            // A completion's context is a CPU of its ring's hardware queue (Linux's
+            // interrupt affinity): what a completion submits goes to this ring, entered
+            // by this reaper's own wait, not to another reaper's ring.
+            let cpu = queue
+                .maps()
+                .map(QueueType::Default)
+                .and_then(|map| map.cpus_of(hctx).next());
+            if let Some(cpu) = cpu {
+                queue.platform().pin_current_thread(cpu);
+            }
+        }
         let mut reaped: u64 = 0;
         let mut errors = 0u32;
         loop {
