@@ -544,6 +544,13 @@ impl Shared {
                 let table = request.payload();
                 // SAFETY: we hold the request's token: nobody else touches its table.
                 let iov = unsafe { &mut *table.iov.get() };
+                // The first buffer is kept here, and the table written only from a second
+                // one on: a request of one buffer (the common case) leaves its table
+                // untouched, which spares a cache line per I/O.
+                let mut first = libc::iovec {
+                    iov_base: std::ptr::null_mut(),
+                    iov_len: 0,
+                };
                 let mut n = 0usize;
                 let mask = u64::from(self.block) - 1;
                 let mut unaligned = 0u64;
@@ -553,20 +560,28 @@ impl Shared {
                     }
                     unaligned |= seg.addr | u64::from(seg.len);
                     if n > 0 {
-                        let prev = &mut iov[n - 1];
+                        let prev = if n == 1 { &mut first } else { &mut iov[n - 1] };
                         if prev.iov_base as u64 + prev.iov_len as u64 == seg.addr {
                             prev.iov_len += seg.len as usize;
                             continue;
                         }
                     }
-                    let Some(slot) = iov.get_mut(n) else {
-                        return Err(Status::Invalid);
-                    };
-                    *slot = libc::iovec {
+                    let entry = libc::iovec {
                         iov_base: seg.addr as *mut libc::c_void,
                         iov_len: seg.len as usize,
                     };
+                    if n == 0 && !iov.is_empty() {
+                        first = entry;
+                    } else {
+                        let Some(slot) = iov.get_mut(n) else {
+                            return Err(Status::Invalid);
+                        };
+                        *slot = entry;
+                    }
                     n += 1;
+                }
+                if n > 1 {
+                    iov[0] = first;
                 }
                 if unaligned & mask != 0 {
                     if let Some(buffered) = &self.buffered {
@@ -581,14 +596,14 @@ impl Shared {
                 // One buffer: a plain read or write, which spares the kernel the iovec.
                 match (op, n) {
                     (Op::Read, 1) => {
-                        opcode::Read::new(fd, iov[0].iov_base.cast(), iov[0].iov_len as u32)
+                        opcode::Read::new(fd, first.iov_base.cast(), first.iov_len as u32)
                             .offset(offset)
                             .build()
                     }
                     (Op::Read, _) => opcode::Readv::new(fd, iov.as_ptr(), n as u32)
                         .offset(offset)
                         .build(),
-                    (_, 1) => opcode::Write::new(fd, iov[0].iov_base.cast(), iov[0].iov_len as u32)
+                    (_, 1) => opcode::Write::new(fd, first.iov_base.cast(), first.iov_len as u32)
                         .offset(offset)
                         .rw_flags(flags)
                         .build(),
