@@ -16,8 +16,10 @@
 //! start-up's writers write over its middle). A default run takes about a minute and a
 //! quarter. Every variant runs each round, in an order that turns from round to round.
 //! IOPS and CPU per I/O are over all rounds; the ratios to raw are medians of each
-//! round's pair (a variant and the raw run of the same round), which a drift of the
-//! machine's load over the run does not skew.
+//! round's pair (a variant and the raw run of the same round). Rounds are short and many
+//! (16 of a quarter second by default): a shared machine's load moves over seconds, so the
+//! two runs of a pair see much the same machine, and the median leaves out the pairs that
+//! straddle a change.
 //!
 //! The generator keeps `iodepth` reads in flight per thread. Straight on io_uring, each
 //! thread has a ring and reaps its completions, submitting the next read for each. Through
@@ -82,8 +84,8 @@ mod bench {
     const USAGE: &str = "uring_bench [flags]
   --file PATH            the bench file (default: uring-bench.img in the temporary directory)
   --size-mib N           its size (default 1024)
-  --secs S               seconds per variant and round (default 1)
-  --rounds N             paired rounds (default 4)
+  --secs S               seconds per variant and round (default 0.25)
+  --rounds N             paired rounds (default 16)
   --depths D,D           iodepths (default 32,128)
   --threads T,T          threads (default 1,2)
   --variants V,V         of raw,none,mq-deadline,bfq (default all)
@@ -96,8 +98,8 @@ mod bench {
         let mut a = Args {
             file: std::env::temp_dir().join("uring-bench.img"),
             size: 1 << 30,
-            secs: 1.0,
-            rounds: 4,
+            secs: 0.25,
+            rounds: 16,
             depths: vec![32, 128],
             threads: vec![1, 2],
             variants: VARIANTS.iter().map(|v| v.to_string()).collect(),
@@ -257,8 +259,14 @@ mod bench {
     }
 
     /// One thread straight on io_uring: `depth` reads in flight until `until`.
-    fn raw_thread(fd: i32, blocks: u64, depth: usize, until: Instant, seed: u64) -> u64 {
-        let ring = IoUring::new((depth as u32).next_power_of_two()).expect("io_uring");
+    fn raw_thread(
+        ring: IoUring,
+        fd: i32,
+        blocks: u64,
+        depth: usize,
+        until: Instant,
+        seed: u64,
+    ) -> u64 {
         let bufs = Buffers::new(depth);
         let mut states: Vec<u64> = (0..depth as u64)
             .map(|i| seed ^ ((i + 1) * 0x9e37_79b9))
@@ -474,12 +482,19 @@ mod bench {
                 .open(file)
                 .expect("open O_DIRECT");
             let fd = f.as_raw_fd();
+            // Made before the span, as the blkmq side's rings are.
+            let rings: Vec<IoUring> = (0..threads)
+                .map(|_| IoUring::new((depth as u32).next_power_of_two()).expect("io_uring"))
+                .collect();
             let measured = Span::start();
             let until = measured.t0 + span;
             let ios: u64 = std::thread::scope(|s| {
-                let hs: Vec<_> = (0..threads)
-                    .map(|t| {
-                        s.spawn(move || raw_thread(fd, blocks, depth, until, t as u64 * 77 + 1))
+                let hs: Vec<_> = rings
+                    .into_iter()
+                    .enumerate()
+                    .map(|(t, ring)| {
+                        let seed = t as u64 * 77 + 1;
+                        s.spawn(move || raw_thread(ring, fd, blocks, depth, until, seed))
                     })
                     .collect();
                 hs.into_iter().map(|h| h.join().unwrap()).sum()
@@ -590,7 +605,7 @@ mod bench {
                 .output()
                 .is_ok();
         println!(
-            "random {} KiB reads over {} ({} MiB, O_DIRECT), {} round(s) of {:.1} s per variant, \
+            "random {} KiB reads over {} ({} MiB, O_DIRECT), {} round(s) of {:.2} s per variant, \
              the order turning each round; figures are noisy on a shared machine",
             BS / 1024,
             a.file.display(),
@@ -615,6 +630,8 @@ mod bench {
             "IOPS/raw",
             "CPU-raw ns"
         );
+        // fio's run: a quarter of a variant's time over all rounds, a second at least.
+        let fio_secs = (a.secs * a.rounds as f64 / 4.0).max(1.0);
         let mut verdicts = Vec::new();
         for &depth in &a.depths {
             for &threads in &a.threads {
@@ -669,7 +686,7 @@ mod bench {
                     );
                 }
                 let fio_line = if has_fio {
-                    match fio(&a.file, depth, threads, a.secs) {
+                    match fio(&a.file, depth, threads, fio_secs) {
                         Ok(iops) => format!("{iops:>10.0}"),
                         Err(why) => why,
                     }
