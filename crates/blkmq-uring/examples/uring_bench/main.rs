@@ -733,6 +733,14 @@ mod bench {
     /// The responsiveness table: the start-up alone and under the writers, per elevator.
     fn startup_table(a: &Args) {
         use crate::startup;
+        if a.size < startup::MIN_FILE {
+            println!(
+                "start-up: not run (it wants a file of {} MiB at least)",
+                startup::MIN_FILE >> 20
+            );
+            println!();
+            return;
+        }
         println!(
             "start-up: {} reads of {} KiB, one at a time, over {} MiB, by a thread new to the \
              queue; {} writers of {} KiB sequential writes, {} in flight each, streaming for \

@@ -34,6 +34,9 @@ pub(crate) const WARM_UP: Duration = Duration::from_millis(300);
 /// block layer holds writes back and the elevator chooses what goes next, as on a disk
 /// with a command queue of 32.
 pub(crate) const DISK_DEPTH: usize = 32;
+/// The smallest file the scenario runs on: the start-up's span, then a region of 16 MiB
+/// for each writer.
+pub(crate) const MIN_FILE: u64 = READ_SPAN + WRITERS as u64 * (16 << 20);
 /// The elevators compared.
 pub(crate) const ELEVATORS: [&str; 3] = ["none", "mq-deadline", "bfq"];
 
@@ -164,7 +167,6 @@ fn one(file: &Path, size: u64, elevator: &str, loaded: bool, seed: u64) -> (u64,
     }
     // Each writer a region of its own past the start-up's span.
     let region = (size - READ_SPAN) / WRITERS as u64 / WRITE_BYTES as u64 * WRITE_BYTES as u64;
-    assert!(region >= WRITE_BYTES as u64, "the bench file is too small");
     let buf = Buffers::new(WRITE_BYTES / BS);
     let stop = AtomicBool::new(false);
     let (ns, bytes, span) = std::thread::scope(|s| {
