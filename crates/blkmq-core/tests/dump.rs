@@ -74,10 +74,15 @@ fn a_stall_waiting_for_a_restart_shows_and_clears() {
     let host = Host::new(TagSet::builder(8), platform.clone(), Capped::new(1)).unwrap();
     let queue = host.add_queue(QueueConfig::new(limits())).unwrap();
     queue.submit(Bio::new(Op::Write, 0, 8)).unwrap();
-    queue.submit(Bio::new(Op::Read, 100, 16).flags(BioFlags::SYNC)).unwrap();
+    queue
+        .submit(Bio::new(Op::Read, 100, 16).flags(BioFlags::SYNC))
+        .unwrap();
     let first = host.driver().take();
     assert_eq!(first.len(), 1);
-    assert!(platform.take_kicks().is_empty(), "waits for the completion, not a kick");
+    assert!(
+        platform.take_kicks().is_empty(),
+        "waits for the completion, not a kick"
+    );
 
     let stalled = queue.dump(0).to_string();
     assert_eq!(
@@ -88,7 +93,8 @@ fn a_stall_waiting_for_a_restart_shows_and_clears() {
     assert_eq!(put_back.len(), 1, "{stalled}");
     assert!(put_back[0].contains(" state=idle "), "{stalled}");
     assert!(
-        put_back[0].ends_with(" op=read sector=100 sectors=16 flags=SYNC bios=1: [100+16 read SYNC]"),
+        put_back[0]
+            .ends_with(" op=read sector=100 sectors=16 flags=SYNC bios=1: [100+16 read SYNC]"),
         "{stalled}"
     );
     let in_driver = section(&stalled, "  in driver (1)");
@@ -97,12 +103,20 @@ fn a_stall_waiting_for_a_restart_shows_and_clears() {
     assert!(in_driver[0].starts_with(&format!("    tag={tag} driver_tag={tag} state=in_flight ")));
     // The host and the queue say the same: slot 0, hardware queue 0.
     let whole = host.dump().to_string();
-    assert!(line(&whole, "host: ").ends_with(" restart=0 kicked=-"), "{whole}");
-    assert!(line(&whole, "queue ").ends_with(" restart=0 kicked=-"), "{whole}");
+    assert!(
+        line(&whole, "host: ").ends_with(" restart=0 kicked=-"),
+        "{whole}"
+    );
+    assert!(
+        line(&whole, "queue ").ends_with(" restart=0 kicked=-"),
+        "{whole}"
+    );
     assert!(whole.contains(&stalled), "{whole}");
 
     // The completion reruns the queue: the put-back request goes to the driver.
-    queue.end_requests(first.into_iter().map(|rq| (rq, Status::Ok))).unwrap();
+    queue
+        .end_requests(first.into_iter().map(|rq| (rq, Status::Ok)))
+        .unwrap();
     let cleared = queue.dump(0).to_string();
     assert_eq!(
         line(&cleared, "  restart: "),
@@ -116,12 +130,20 @@ fn a_stall_waiting_for_a_restart_shows_and_clears() {
     assert_eq!(in_driver.len(), 1);
     assert!(in_driver[0].starts_with(&format!("    tag={tag} driver_tag={tag} state=in_flight ")));
     let whole = host.dump().to_string();
-    assert!(line(&whole, "host: ").ends_with(" restart=- kicked=-"), "{whole}");
+    assert!(
+        line(&whole, "host: ").ends_with(" restart=- kicked=-"),
+        "{whole}"
+    );
 
-    queue.end_requests(second.into_iter().map(|rq| (rq, Status::Ok))).unwrap();
+    queue
+        .end_requests(second.into_iter().map(|rq| (rq, Status::Ok)))
+        .unwrap();
     let idle = queue.dump(0).to_string();
     assert!(section(&idle, "  in driver (0), driver tags held not started: 0:").is_empty());
-    assert!(line(&idle, "  tags: ").ends_with(" busy=0 waiters=0 bitmap=-"), "{idle}");
+    assert!(
+        line(&idle, "  tags: ").ends_with(" busy=0 waiters=0 bitmap=-"),
+        "{idle}"
+    );
 }
 
 /// A request's line: its tag, state, generation and deadline, its I/O and each bio as they
@@ -131,8 +153,12 @@ fn a_request_dump_shows_its_state_tag_and_bios() {
     let host = Host::new(TagSet::builder(8), StdPlatform::manual(), Capped::new(8)).unwrap();
     let queue = host.add_queue(QueueConfig::new(limits())).unwrap();
     queue.quiesce(); // the two bios merge into one request, held on a software queue
-    queue.submit(Bio::new(Op::Write, 0, 8).buffer(0x10000)).unwrap();
-    queue.submit(Bio::new(Op::Write, 8, 8).buffer(0x20000)).unwrap();
+    queue
+        .submit(Bio::new(Op::Write, 0, 8).buffer(0x10000))
+        .unwrap();
+    queue
+        .submit(Bio::new(Op::Write, 8, 8).buffer(0x20000))
+        .unwrap();
     let queued = queue.dump(0).to_string();
     let ctx = queued
         .lines()
@@ -143,7 +169,8 @@ fn a_request_dump_shows_its_state_tag_and_bios() {
     assert_eq!(on_ctx.len(), 1, "{queued}");
     assert!(on_ctx[0].contains(" state=idle "), "{queued}");
     assert!(
-        on_ctx[0].ends_with(" op=write sector=0 sectors=16 flags=- bios=2: [0+8 write -] [8+8 write -]"),
+        on_ctx[0]
+            .ends_with(" op=write sector=0 sectors=16 flags=- bios=2: [0+8 write -] [8+8 write -]"),
         "{queued}"
     );
     queue.unquiesce();
@@ -190,7 +217,10 @@ fn a_queue_with_mq_deadline() {
         "queue {} (slot 0): elevator=mq-deadline usage=3 frozen=false quiesced=true ",
         queue.id()
     )));
-    assert_eq!(line(&waiting, "  elevator: "), "  elevator: mq-deadline has_work=true");
+    assert_eq!(
+        line(&waiting, "  elevator: "),
+        "  elevator: mq-deadline has_work=true"
+    );
     assert!(line(&waiting, "  tags: ").ends_with(" depth=8 reserved=0 busy=0 waiters=0 bitmap=-"));
     let sched = line(&waiting, "  sched_tags: ");
     assert!(sched.starts_with("  sched_tags: depth=16 reserved=0 busy=3 waiters=0 bitmap="));
@@ -198,9 +228,15 @@ fn a_queue_with_mq_deadline() {
 
     queue.unquiesce();
     let issued = queue.dump(0).to_string();
-    assert_eq!(line(&issued, "  elevator: "), "  elevator: mq-deadline has_work=false");
+    assert_eq!(
+        line(&issued, "  elevator: "),
+        "  elevator: mq-deadline has_work=false"
+    );
     assert!(line(&issued, "  tags: ").contains(" busy=3 "), "{issued}");
-    assert!(line(&issued, "  sched_tags: ").contains(" busy=3 "), "{issued}");
+    assert!(
+        line(&issued, "  sched_tags: ").contains(" busy=3 "),
+        "{issued}"
+    );
     let held = host.driver().take();
     let in_driver = section(&issued, "  in driver (3)");
     assert_eq!(in_driver.len(), 3, "{issued}");
@@ -208,13 +244,27 @@ fn a_queue_with_mq_deadline() {
         let request = queue.request(rq).unwrap();
         let (tag, driver_tag) = (request.tag(), request.driver_tag());
         let want = format!("    tag={tag} driver_tag={driver_tag} state=in_flight ");
-        assert!(in_driver.iter().any(|l| l.starts_with(&want)), "{want:?} in {issued}");
+        assert!(
+            in_driver.iter().any(|l| l.starts_with(&want)),
+            "{want:?} in {issued}"
+        );
         let own = format!("tag={tag} driver_tag={driver_tag} hctx=0 state=in_flight ");
-        assert!(queue.dump_request(rq).unwrap().to_string().starts_with(&own));
+        assert!(
+            queue
+                .dump_request(rq)
+                .unwrap()
+                .to_string()
+                .starts_with(&own)
+        );
     }
-    queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok))).unwrap();
+    queue
+        .end_requests(held.into_iter().map(|rq| (rq, Status::Ok)))
+        .unwrap();
     let done = queue.dump(0).to_string();
-    assert!(line(&done, "  sched_tags: ").ends_with(" busy=0 waiters=0 bitmap=-"), "{done}");
+    assert!(
+        line(&done, "  sched_tags: ").ends_with(" busy=0 waiters=0 bitmap=-"),
+        "{done}"
+    );
 }
 
 /// Two queues on shared host tags over two hardware queues: each hardware queue's dump
@@ -243,14 +293,20 @@ fn queues_sharing_host_tags() {
     });
     busy.sort_unstable();
     let whole = host.dump().to_string();
-    assert!(line(&whole, "host: ").starts_with("host: in_driver=3 "), "{whole}");
+    assert!(
+        line(&whole, "host: ").starts_with("host: in_driver=3 "),
+        "{whole}"
+    );
     for (queue, mine) in [(&a, 1), (&b, 2)] {
         assert!(whole.contains(&queue.dump_queue().to_string()), "{whole}");
         let mut in_driver = 0;
         for hctx in 0..2 {
             let text = queue.dump(hctx).to_string();
             let tags = line(&text, "  tags: ");
-            assert!(tags.starts_with("  tags: map 0 (shared host tags) queues=2 "), "{text}");
+            assert!(
+                tags.starts_with("  tags: map 0 (shared host tags) queues=2 "),
+                "{text}"
+            );
             // The whole map: both queues' tags.
             assert!(tags.contains(" busy=3 "), "{text}");
             let lines = text.lines().filter(|l| l.starts_with("    tag=")).count();

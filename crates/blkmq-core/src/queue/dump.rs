@@ -30,7 +30,15 @@ use super::{EPOCH_SHIFT, Host, IN_DRIVER, PENDING, RUNNING, RequestQueue};
 
 /// A picture of a [`Host`]: its completion epoch, the requests its driver holds, the queue
 /// slots marked for a restart or kicked, then each live queue's [`QueueDump`]. Made by
-/// [`Host::dump`]; see the [module documentation](self) for what formatting it takes.
+/// [`Host::dump`].
+///
+/// Every dump ([`HostDump`], [`QueueDump`], [`HctxDump`], [`RequestDump`]) reads the state
+/// when it is formatted: atomics as they stand, and each list (a dispatch list, a software
+/// queue, the requeue list) under its own lock, taken briefly, one at a time, while that
+/// list's lines are written. A dump is a debugging aid, not for the I/O path: format it
+/// into a `String` when the sink is slow (a terminal, a pipe), so that no lock is held
+/// while the sink blocks. The figures of one dump are not one atomic picture: what runs
+/// meanwhile may move.
 ///
 /// ```
 /// # use blkmq_core::*;
