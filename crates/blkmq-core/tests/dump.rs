@@ -329,3 +329,61 @@ fn queues_sharing_host_tags() {
         queue.end_request(rq, Status::Ok).unwrap();
     }
 }
+
+/// Dumps its hardware queue from inside `queue_rq`, then holds the request.
+struct Dumping {
+    held: Mutex<Vec<Rq>>,
+    dumps: Mutex<Vec<String>>,
+}
+
+impl Driver for Dumping {
+    type Platform = StdPlatform;
+    type Payload = ();
+    fn init_request(&self, _: RequestInit) {}
+    fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _: bool) -> Result<(), Rejected> {
+        let text = cx.queue().dump(cx.hctx()).to_string();
+        let line = cx.queue().dump_request(&rq).unwrap().to_string();
+        self.dumps.lock().unwrap().push(format!("{text}{line}"));
+        self.held.lock().unwrap().push(rq);
+        Ok(())
+    }
+}
+
+/// A driver may dump from its `queue_rq`, with and without an elevator: nothing the dump
+/// waits for is held there, and the dump shows the run claim held.
+#[test]
+fn a_dump_from_the_drivers_queue_rq_shows_the_runner() {
+    for elevator in [false, true] {
+        let driver = Dumping {
+            held: Mutex::new(Vec::new()),
+            dumps: Mutex::new(Vec::new()),
+        };
+        let host = Host::new(TagSet::builder(8), StdPlatform::manual(), driver).unwrap();
+        let mut config = QueueConfig::new(limits());
+        if elevator {
+            config = config.elevator(Box::new(Deadline::new()));
+        }
+        let queue = host.add_queue(config).unwrap();
+        queue.submit(Bio::new(Op::Read, 8, 8)).unwrap();
+        let dumps = std::mem::take(&mut *host.driver().dumps.lock().unwrap());
+        assert_eq!(dumps.len(), 1);
+        let text = &dumps[0];
+        assert!(line(text, "  state: ").contains(" running=true "), "{text}");
+        let own = text.lines().last().unwrap();
+        assert!(own.contains(" state=in_flight "), "{text}");
+        assert!(
+            own.ends_with(" op=read sector=8 sectors=8 flags=- bios=1: [8+8 read -]"),
+            "{text}"
+        );
+        let held = std::mem::take(&mut *host.driver().held.lock().unwrap());
+        queue
+            .end_requests(held.into_iter().map(|rq| (rq, Status::Ok)))
+            .unwrap();
+        let after = queue.dump(0).to_string();
+        assert!(
+            line(&after, "  state: ").contains(" running=false "),
+            "{after}"
+        );
+        assert!(!after.contains("runner's batch"), "{after}");
+    }
+}

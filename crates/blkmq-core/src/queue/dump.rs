@@ -140,8 +140,10 @@ impl<D: Driver> Host<D> {
 impl<D: Driver> RequestQueue<D> {
     /// A picture of hardware queue `hctx`, for debugging: see [`HctxDump`]. Formatting it
     /// takes the dispatch list's and each software queue's lock briefly, and a usage
-    /// reference; not for the I/O path. A hardware queue that does not exist prints one
-    /// line saying so.
+    /// reference; not for the I/O path. The driver may take one from its `queue_rq` or
+    /// `timeout`: the runner's batch and the elevator, which a runner may hold there, are
+    /// read only when their locks are free. A hardware queue that does not exist prints
+    /// one line saying so.
     ///
     /// ```
     /// # use blkmq_core::*;
@@ -354,10 +356,11 @@ impl<D: Driver> fmt::Display for HctxDump<'_, D> {
                 request_line(f, tags, rq)?;
             }
         }
-        if let Some(batch) = h.run_batch.try_lock() {
-            if !batch.is_empty() {
-                writeln!(f, "  runner's batch: {}", batch.len())?;
-            }
+        // The runner holds its batch across the driver's `queue_rq`: not waited for.
+        match h.run_batch.try_lock() {
+            Some(batch) if !batch.is_empty() => writeln!(f, "  runner's batch: {}", batch.len())?,
+            Some(_) => {}
+            None => writeln!(f, "  runner's batch: held by the runner")?,
         }
         self.ctxs(f, tags)?;
         if let Some(e) = q.elevator.try_lock() {
