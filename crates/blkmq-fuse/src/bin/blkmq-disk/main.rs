@@ -14,7 +14,9 @@
 //! the device's side from the queue's I/O accounting (`iostat -x`'s r/s, w/s, rkB/s, wkB/s,
 //! r_await, w_await, aqu-sz and %util) and the mean number of requests on each hardware
 //! queue (allocated, not yet completed). The summary ends with the device's
-//! `/proc/diskstats` line. A problem found before serving (no `/dev/fuse`, no way to
+//! `/proc/diskstats` line. SIGUSR1 prints the host's state dump on stderr (each hardware
+//! queue's state, lists, tags and requests in the driver: `Host::dump`), as blk-mq's
+//! debugfs shows it, while serving goes on. A problem found before serving (no `/dev/fuse`, no way to
 //! mount, a backing file that cannot be opened or sized, no mount point) is one line on
 //! stderr and exit status 1; a bad command line, exit status 2.
 //!
@@ -147,7 +149,7 @@ mod linux {
         let queue = UringDisk::add_queue(&host, config(args, limits))
             .map_err(|e| format!("bad queue set-up: {e}"))?;
         // The reapers stop when the disk drops, with the host.
-        serve_until_stopped(args, &queue, stop, &how, dma_alignment)
+        serve_until_stopped(args, &host, &queue, stop, &how, dma_alignment)
     }
 
     /// Opens (and sizes) the backing file for the pread/pwrite driver; its size in bytes.
@@ -200,7 +202,7 @@ mod linux {
             .map_err(|e| format!("cannot start I/O threads: {e}"))?;
         // The block layer's own segment alignment (512 bytes): pread and pwrite take any
         // address, but segments are kept as aligned as the queue's default limits ask.
-        let served = serve_until_stopped(args, &queue, stop, "pread/pwrite", 511);
+        let served = serve_until_stopped(args, &host, &queue, stop, "pread/pwrite", 511);
         queue.driver().stop();
         for thread in io_threads {
             let _ = thread.join();
@@ -228,6 +230,7 @@ mod linux {
     /// then unmounts, flushes, drains the queue and prints the summary.
     fn serve_until_stopped<D: Driver>(
         args: &Args,
+        host: &Host<D>,
         queue: &Arc<RequestQueue<D>>,
         stop: &AtomicBool,
         how: &str,
@@ -239,6 +242,10 @@ mod linux {
             dma_alignment,
             ..ServeOptions::default()
         };
+        // SIGUSR1: the state dump, printed by the loop below (the handler only sets a flag).
+        let dump = Arc::new(AtomicBool::new(false));
+        signal_hook::flag::register(signal_hook::consts::SIGUSR1, dump.clone())
+            .map_err(|e| format!("cannot handle SIGUSR1: {e}"))?;
         let served = serve(queue.clone(), &args.mount, &options)
             .map_err(|e| format!("cannot mount on {}: {e}", args.mount.display()))?;
         eprintln!(
@@ -257,6 +264,11 @@ mod linux {
         let mut tick = Instant::now();
         while !stop.load(Ordering::Relaxed) && served.is_serving() {
             std::thread::sleep(Duration::from_millis(50));
+            if dump.swap(false, Ordering::Relaxed) {
+                // Formatted first: no queue lock is held while stderr blocks.
+                let text = host.dump().to_string();
+                let _ = std::io::stderr().write_all(text.as_bytes());
+            }
             if tick.elapsed() >= Duration::from_secs(1) {
                 let now = served.stats().snapshot();
                 let now_dev = device(queue);
