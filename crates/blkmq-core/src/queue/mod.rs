@@ -22,6 +22,7 @@
 //! | `wait.rs` | submitters waiting for room and for their own I/O | `submit_bio_wait`, `blk_queue_enter` |
 //! | `runtime.rs` | changes at run time | `blk_mq_update_nr_requests` |
 //! | `flush.rs` | the flush sequence | `blk-flush.c` |
+//! | `dump.rs` | [`HostDump`], [`QueueDump`], [`HctxDump`], [`RequestDump`]: state in text | `blk-mq-debugfs.c` |
 //!
 //! Which bios and requests may merge is in `merge.rs`, beside the queue.
 //!
@@ -34,9 +35,9 @@
 //! requests in the driver) and then drains the host's set, rerunning exactly the hardware
 //! queues marked — nothing when none are, in one load, and nothing host-wide written. The
 //! dispatcher marks and then looks again: at its own hardware queue's completions since
-//! the attempt began, at a driver tag; a hardware queue that gave up marks before its next
-//! attempt, and a first give-up on a host of several hardware queues goes round once more,
-//! marked; with nothing in the driver on any hardware queue the platform is asked for a
+//! the attempt began, at a driver tag; on a host of several hardware queues a hardware
+//! queue that gave up marks before its next attempt, and a first give-up goes round once
+//! more, marked; with nothing in the driver on any hardware queue the platform is asked for a
 //! rerun (`restart.rs` has the whole protocol). Every access of
 //! that pair is `SeqCst`, so one side always sees the other (Dekker's pattern);
 //! `tests/loom.rs` and `tests/loom_queue.rs` check the interleavings of insert, give-up and
@@ -154,6 +155,7 @@ mod config;
 mod data;
 mod deactivate;
 mod dispatch;
+mod dump;
 mod flush;
 mod host;
 mod plug;
@@ -171,6 +173,7 @@ mod usage;
 mod wait;
 
 pub use config::QueueConfig;
+pub use dump::{HctxDump, HostDump, QueueDump, RequestDump};
 pub use flush::FLUSH_PENDING_TIMEOUT_NS;
 pub use host::Host;
 pub use plug::{PLUG_FLUSH_BYTES, PLUG_MAX, PLUG_MAX_MULTI, Plug};

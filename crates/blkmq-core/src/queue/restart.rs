@@ -44,13 +44,14 @@
 //!   attempt (`arm_restart`) and again after the mark: changed, a completion of its own
 //!   hardware queue came in meanwhile and may have drained before the mark, so it goes
 //!   round again (`PENDING`). On a host of one hardware queue that is every completion.
-//! * **the mark before the next attempt**: a hardware queue that gave up marks the
-//!   restart *before* its next attempt (Linux's `blk_mq_sched_mark_restart_hctx`), so that
-//!   a failing attempt had the mark set already, and every completion after the attempt's
-//!   look at the resource sees it. A first give-up on a host of several hardware queues
-//!   (its attempt ran unmarked, and a completion of another hardware queue would not show
-//!   above) goes round once more, marked first this time: one more attempt (a `queue_rq`
-//!   call, or a budget try) for such a give-up, and no more, as the second one waits.
+//! * **the mark before the next attempt**: on a host of several hardware queues, a
+//!   hardware queue that gave up marks the restart *before* its next attempt (Linux's
+//!   `blk_mq_sched_mark_restart_hctx`), so that a failing attempt had the mark set
+//!   already, and every completion after the attempt's look at the resource sees it. A
+//!   first give-up there (its attempt ran unmarked, and a completion of another hardware
+//!   queue would not show above) goes round once more, marked first this time: one more
+//!   attempt (a `queue_rq` call, or a budget try) for such a give-up, and no more, as the
+//!   second one waits.
 //! * **a driver tag**: its lack is looked at directly, right after the mark, by trying for
 //!   the tag again (Linux's `blk_mq_mark_tag_wait`).
 //! * **nothing in the driver**: after the mark the give-up sums the hardware queues'
@@ -66,8 +67,9 @@
 //!   resource stays short. As before, a give-up counts on completions and the platform,
 //!   not on this rerun.
 //!
-//! A pre-attempt mark whose attempt went through is drained by the next completion, which
-//! runs the queue once for nothing: a recovery costs one rerun, nothing on the fast path.
+//! A mark made before an attempt (or a tag's second try) that went through is drained by
+//! the next completion, which runs the queue once for nothing: a recovery on a host of
+//! several hardware queues costs one rerun, nothing on the fast path.
 
 //! # Layout
 //!
@@ -253,7 +255,8 @@ impl<D: Driver> RequestQueue<D> {
     }
 
     /// Before an attempt to issue on `hctx` (as its runner): notes the hardware queue's
-    /// completions so far, and when the last attempt gave up, marks the restart *first*
+    /// completions so far, and when the last attempt gave up on a host of several hardware
+    /// queues, marks the restart *first*
     /// (Linux's `blk_mq_sched_mark_restart_hctx`), so that a failing attempt had the mark
     /// set already and no completion after it can miss it. The common case reads the
     /// runner's own line and the hardware queue's count, and writes only the runner's line.
@@ -263,7 +266,9 @@ impl<D: Driver> RequestQueue<D> {
         // The runner's alone (written under the run claim only).
         let state = h.look.load(Ordering::Relaxed);
         let mut next = u64::from(self.host.driver_ends(hctx));
-        if state & GAVE_UP != 0 {
+        // With one hardware queue its completions are all of them, and the compare after
+        // the mark sees every one: no mark needed before.
+        if state & GAVE_UP != 0 && self.host.nr_hw_queues() > 1 {
             self.mark_restart(hctx);
             next |= ARMED;
         }
