@@ -54,8 +54,8 @@ impl<D: Driver> RequestQueue<D> {
     /// ```
     #[inline]
     pub fn end_request(&self, rq: Rq, status: Status) -> Result<(), Misused> {
-        self.end_one(rq, status, true, None)?;
-        self.host.restart_after(1);
+        let hctx = self.end_one(rq, status, true, None)?;
+        self.host.restart_after(hctx, 1);
         Ok(())
     }
 
@@ -84,22 +84,32 @@ impl<D: Driver> RequestQueue<D> {
     where
         I: IntoIterator<Item = (Rq, Status)>,
     {
-        let mut ended = 0;
+        // Requests ended of one hardware queue, not yet counted out of the driver: each
+        // run of one hardware queue's requests is counted out with one operation.
+        let mut ended = (0, 0);
         let mut batch = batch.into_iter();
         let mut refused = None;
         // The tags of requests ended one after another, put back a bitmap word at a time
         // (Linux's `blk_mq_flush_tag_batch`); all of them before the restart pass.
         let mut freed = FreeBatch::new();
         for (rq, status) in batch.by_ref() {
-            if let Err(misused) = self.end_one(rq, status, true, Some(&mut freed)) {
-                refused = Some((misused, status));
-                break;
+            match self.end_one(rq, status, true, Some(&mut freed)) {
+                Ok(hctx) if hctx == ended.0 => ended.1 += 1,
+                Ok(hctx) => {
+                    if ended.1 != 0 {
+                        self.host.driver_ended(ended.0, ended.1);
+                    }
+                    ended = (hctx, 1);
+                }
+                Err(misused) => {
+                    refused = Some((misused, status));
+                    break;
+                }
             }
-            ended += 1;
         }
         freed.flush();
-        if ended != 0 {
-            self.host.restart_after(ended);
+        if ended.1 != 0 {
+            self.host.restart_after(ended.0, ended.1);
         }
         match refused {
             None => Ok(()),
@@ -119,8 +129,9 @@ impl<D: Driver> RequestQueue<D> {
         self.host.restart();
     }
 
-    /// Ends one request. For an `issued` one the budget goes back here, and the caller
-    /// counts it out of the driver with the restart ([`Host::restart_after`]).
+    /// Ends one request; returns its hardware queue. For an `issued` one the budget goes
+    /// back here, and the caller counts it out of the driver with the restart
+    /// ([`Host::restart_after`]).
     ///
     /// A token not ours comes back before anything happens: no hook, no budget, no count.
     ///
@@ -133,7 +144,7 @@ impl<D: Driver> RequestQueue<D> {
         status: Status,
         issued: bool,
         freed: Option<&mut FreeBatch<'a, D::Payload, D::Platform>>,
-    ) -> Result<(), Misused> {
+    ) -> Result<usize, Misused> {
         let splits = &self.splits;
         let elevated = self.has_elevator.load(Ordering::Relaxed);
         // The driver's hook, the elevator's, the ending and the free share one look-up of
@@ -176,7 +187,7 @@ impl<D: Driver> RequestQueue<D> {
         if let Some(rq) = step {
             self.flush_step_ended(rq, status, hctx);
         }
-        Ok(())
+        Ok(hctx)
     }
 
     /// Frees a request whose bios merged into another (one of ours: the merge looked it up).

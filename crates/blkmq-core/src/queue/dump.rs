@@ -10,7 +10,7 @@
 //!
 //! | dump | what | Linux's debugfs |
 //! |---|---|---|
-//! | [`HostDump`] | completion epoch, requests in the driver, the host's restart and kick sets, each queue | — |
+//! | [`HostDump`] | completions, requests in the driver, the host's restart and kick sets, each queue | — |
 //! | [`QueueDump`] | elevator, usage, freeze, quiesce, restart marks, the requeue list, each hardware queue | `requeue_list`, `state` |
 //! | [`HctxDump`] | state bits, the dispatch list, the software queues, tags and scheduler tags, the requests in the driver | `hctx*/state`, `dispatch`, `ctx_map`, `cpu*/rq_list`, `tags`, `tags_bitmap`, `sched_tags`, `sched_tags_bitmap`, `busy` |
 //! | [`RequestDump`] | state, tag, generation, deadline, I/O and bios | `blk_mq_debugfs_rq_show` |
@@ -26,9 +26,9 @@ use crate::request::{BioPool, NO_TAG, Request, Rq, RqIo, RqState};
 use crate::sync::Ordering;
 use crate::tags::TagMap;
 
-use super::{EPOCH_SHIFT, Host, IN_DRIVER, PENDING, RUNNING, RequestQueue};
+use super::{Host, PENDING, RUNNING, RequestQueue};
 
-/// A picture of a [`Host`]: its completion epoch, the requests its driver holds, the queue
+/// A picture of a [`Host`]: its completions, the requests its driver holds, the queue
 /// slots marked for a restart or kicked, then each live queue's [`QueueDump`]. Made by
 /// [`Host::dump`].
 ///
@@ -244,12 +244,15 @@ impl<T> fmt::Display for RequestDump<'_, T> {
 impl<D: Driver> fmt::Display for HostDump<'_, D> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let host = self.host;
-        let flight = host.flight.load(Ordering::Relaxed);
+        // Completions (and requeues) so far, over the hardware queues (each counts its own).
+        let completions: u64 = (0..host.nr_hw_queues())
+            .map(|hctx| u64::from(host.driver_ends(hctx)))
+            .sum();
         write!(
             f,
-            "host: in_driver={} epoch={} quiesced={} tags: depth={} reserved={} hw_queues={} maps={} queues={} busy={} bio_slots_in_use={} restart=",
-            flight & IN_DRIVER,
-            flight >> EPOCH_SHIFT,
+            "host: in_driver={} completions={} quiesced={} tags: depth={} reserved={} hw_queues={} maps={} queues={} busy={} bio_slots_in_use={} restart=",
+            host.in_driver(),
+            completions,
             host.is_quiesced(),
             host.set.depth(),
             host.set.reserved(),

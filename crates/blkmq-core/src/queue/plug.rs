@@ -578,7 +578,7 @@ impl<D: Driver> RequestQueue<D> {
                 self.finish_run(hctx);
                 return;
             }
-            let epoch = self.host.epoch();
+            self.arm_restart(hctx);
             let mut batch = h.run_batch.lock();
             // The first is known to belong; each later one is looked at once.
             while rqs
@@ -591,7 +591,7 @@ impl<D: Driver> RequestQueue<D> {
             }
             let now = (!blocking).then(|| self.platform().coarse_now_ns());
             // Every request taken above is this hardware queue's.
-            self.issue_batch(hctx, &mut batch, epoch, now, true);
+            self.issue_batch(hctx, &mut batch, now, true);
             drop(batch);
             self.finish_run(hctx);
         }
@@ -613,7 +613,7 @@ impl<D: Driver> RequestQueue<D> {
                 return;
             }
             let cx = self.cx(hctx);
-            let epoch = self.host.epoch();
+            self.arm_restart(hctx);
             let mut batch = h.run_batch.lock();
             let mut no_budget = false;
             // Nothing runs between the starts: one read of the clock serves them all.
@@ -633,7 +633,7 @@ impl<D: Driver> RequestQueue<D> {
                     self.end_unissued(rq, Status::IoErr);
                     continue;
                 }
-                self.driver_in();
+                self.driver_in(hctx);
                 batch.push_back(rq);
             }
             let mut driver_batch = RqBatch {
@@ -651,7 +651,7 @@ impl<D: Driver> RequestQueue<D> {
                 let Some(mut rq) = batch.pop_front() else {
                     break;
                 };
-                self.driver_out();
+                self.driver_out(hctx);
                 driver.put_budget(&cx);
                 let _ = tags.requeue(&mut rq);
                 if matches!(why, Status::Resource | Status::DevResource) {
@@ -671,7 +671,7 @@ impl<D: Driver> RequestQueue<D> {
                         batch.push_back(rq);
                     }
                 }
-                self.give_up(hctx, &mut batch, epoch, why);
+                self.give_up(hctx, &mut batch, why);
             }
             drop(batch);
             self.finish_run(hctx);

@@ -381,12 +381,12 @@ impl<D: Driver> RequestQueue<D> {
             if self.halted(hctx) {
                 self.push_ctx_for(cpu, kind, hctx, rq);
             } else {
-                let epoch = self.host.epoch();
+                self.arm_restart(hctx);
                 if let Issued::GaveUp(rq, status) = self.issue_one(hctx, hctx, rq, true, None, None)
                 {
                     let mut batch = h.run_batch.lock();
                     batch.push_back(rq);
-                    self.give_up(hctx, &mut batch, epoch, status);
+                    self.give_up(hctx, &mut batch, status);
                 }
             }
             self.finish_run(hctx);
