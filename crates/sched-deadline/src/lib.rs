@@ -448,9 +448,12 @@ impl Deadline {
         }
         if first {
             self.count_in(key, class, dir, now.saturating_add(self.expire(dir)), now);
+        } else {
+            // A reinsert (a merge refused, a requeue) may still be on a list; a request
+            // inserted for the first time is on none (what the scheduler gives up, it
+            // unlinked first).
+            self.unlink(key);
         }
-        // A reinsert (a merge refused, a requeue) may still be on a list.
-        self.unlink(key);
         if at_head {
             self.keep(key, rq, class, dir, now, false);
             return;
@@ -670,14 +673,10 @@ impl Elevator for Deadline {
     fn dispatch_request(&mut self, cx: &ElvCx<'_>, _hctx: usize) -> Option<Rq> {
         self.dispatch_end = None;
         let key = self.dispatch_aged(cx).or_else(|| {
-            let mut found = None;
-            for class in 0..NR_CLASSES {
-                found = self.dispatch_class(cx, class, u64::MAX);
-                if found.is_some() || self.class_busy(class) {
-                    break;
-                }
-            }
-            found
+            // The highest class with requests queued or in flight, strictly (a class with
+            // none has nothing to dispatch either).
+            let class = (0..NR_CLASSES).find(|&c| self.class_busy(c))?;
+            self.dispatch_class(cx, class, u64::MAX)
         })?;
         let rq = self.sorted.take(key)?;
         // Where it ends, as it was filed (a request off a dispatch list was not: ask).
