@@ -93,9 +93,15 @@ impl Elevator for Bfq {
         self.rotational = cx.limits().rotational;
         let (key, injected) = self.next_dispatch(now)?;
         let rq = self.sorted.take(key)?;
-        let (sector, sectors) = cx.io(&rq).map_or((0, self.info[key].sectors), |io| {
-            (io.sector(), io.sectors())
-        });
+        // A sorted request is filed at its start and its size kept (merges refile both);
+        // one off the dispatch list (requeued) may have changed since: ask.
+        let (sector, sectors) = if self.sorted.forest().contains(key) {
+            (self.sorted.forest().sector(key), self.info[key].sectors)
+        } else {
+            cx.io(&rq).map_or((0, self.info[key].sectors), |io| {
+                (io.sector(), io.sectors())
+            })
+        };
         self.dispatched(key, sector, sectors, injected, now);
         Some(rq)
     }
