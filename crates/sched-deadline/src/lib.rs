@@ -75,7 +75,7 @@ use alloc::vec::Vec;
 use core::fmt;
 use core::sync::atomic::{AtomicU64, Ordering};
 
-use blkmq_core::{Bio, BioFlags, Elevator, ElvCx, ElvShared, IoPrioClass, MergeKind, Op, Rq};
+use blkmq_core::{Bio, BioFlags, Elevator, ElvCx, ElvShared, IoPrioClass, MergeKind, Op, Rq, RqIo};
 use blkmq_sched_index::{HeldRequests, KeyLists, SortedRequests};
 
 const READ: usize = 0;
@@ -203,12 +203,9 @@ impl Finished {
         self.by_class[class].load(Ordering::Relaxed)
     }
 
-    /// Counts `rq` finished, if it was counted in.
+    /// Counts the request with `io` finished, if it was counted in.
     #[inline]
-    fn finish(&self, cx: &ElvCx<'_>, rq: &Rq) {
-        let Ok(io) = cx.io(rq) else {
-            return;
-        };
+    fn finish(&self, io: &RqIo) {
         let data = io.sched_data[0];
         if data & SD_COUNTED != 0 {
             let class = ((data >> SD_CLASS_SHIFT) as usize).min(NR_CLASSES - 1);
@@ -218,8 +215,8 @@ impl Finished {
 }
 
 impl ElvShared for Finished {
-    fn request_done(&self, cx: &ElvCx<'_>, rq: &Rq, _issued: bool) -> bool {
-        self.finish(cx, rq);
+    fn request_done(&self, _: &ElvCx<'_>, _: &Rq, io: &RqIo, _issued: bool) -> bool {
+        self.finish(io);
         false
     }
 }
@@ -729,7 +726,9 @@ impl Elevator for Deadline {
     fn finish_request(&mut self, cx: &ElvCx<'_>, rq: &Rq) {
         // What the queue has the shared part do without the lock, plus tidying the key's
         // entry (which the next insertion of the key would start afresh anyway).
-        self.finished.finish(cx, rq);
+        if let Ok(io) = cx.io(rq) {
+            self.finished.finish(io);
+        }
         let key = cx.key(rq);
         let Some(info) = self.info.get_mut(key) else {
             return;

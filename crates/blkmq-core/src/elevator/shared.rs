@@ -16,8 +16,8 @@
 //!
 //! [`ElvShared::request_done`] runs on the completing CPU, possibly on several CPUs at once
 //! and beside any locked hook on another. It may read the ending request's I/O
-//! ([`ElvCx::io`]: its `sched_data`, written by the locked hooks while the elevator held
-//! the request) and update the elevator's shared state (atomics). It must not touch the
+//! (handed to it: its `sched_data`, written by the locked hooks while the elevator held the
+//! request) and update the elevator's shared state (atomics). It must not touch the
 //! requests the elevator holds, nor anything the locked part keeps.
 //!
 //! # Memory ordering
@@ -37,7 +37,7 @@ use alloc::sync::Arc;
 use core::cell::UnsafeCell;
 
 use super::{Elevator, ElvCx};
-use crate::request::Rq;
+use crate::request::{Rq, RqIo};
 
 /// The part of an elevator that the request queue calls without the elevator's lock:
 /// completion and its accounting. Handed out by [`Elevator::shared`], once, when the
@@ -63,7 +63,7 @@ use crate::request::Rq;
 /// #[derive(Default)]
 /// struct Ended(AtomicU64);
 /// impl ElvShared for Ended {
-///     fn request_done(&self, _: &ElvCx<'_>, _: &Rq, _issued: bool) -> bool {
+///     fn request_done(&self, _: &ElvCx<'_>, _: &Rq, _: &RqIo, _issued: bool) -> bool {
 ///         self.0.fetch_add(1, Ordering::Relaxed);
 ///         false // nothing for the locked hooks to do
 ///     }
@@ -89,7 +89,7 @@ use crate::request::Rq;
 ///     }
 ///     fn finish_request(&mut self, cx: &ElvCx<'_>, rq: &Rq) {
 ///         // Driven directly (no queue), the locked hook does the same.
-///         self.ended.request_done(cx, rq, true);
+///         self.ended.request_done(cx, rq, cx.io(rq).unwrap(), true);
 ///     }
 /// }
 ///
@@ -103,8 +103,9 @@ use crate::request::Rq;
 /// assert_eq!(ended.0.load(Ordering::Relaxed), 2);
 /// ```
 pub trait ElvShared: Send + Sync {
-    /// `rq`, which went through the elevator, ended: `issued` when the device completed it
-    /// (else it ended with an error before it was issued). Called without the elevator's
+    /// `rq`, which went through the elevator, ended (`io`: its I/O, as it ended): `issued`
+    /// when the device completed it (else it ended with an error before it was issued).
+    /// Called without the elevator's
     /// lock, on the completing CPU, possibly on several at once and beside the locked
     /// hooks (see the module's contract: the request's own I/O to read, the shared part's
     /// atomics to update, nothing the locked part holds).
@@ -117,7 +118,7 @@ pub trait ElvShared: Send + Sync {
     /// answers `false` does what they would.
     ///
     /// The [`ElvShared`] example counts here and answers `false`.
-    fn request_done(&self, cx: &ElvCx<'_>, rq: &Rq, issued: bool) -> bool;
+    fn request_done(&self, cx: &ElvCx<'_>, rq: &Rq, io: &RqIo, issued: bool) -> bool;
 }
 
 /// A request queue's elevator: the locked part behind the queue's lock type `L`, and the

@@ -134,7 +134,7 @@ impl<D: Driver> RequestQueue<D> {
             }
             // Flushes bypass the elevator.
             if elevated && io.op() != Op::Flush {
-                self.elevator_done(rq, issued);
+                self.elevator_done(rq, io, issued);
             }
             true
         };

@@ -379,15 +379,16 @@ impl<D: Driver> RequestQueue<D> {
         }
     }
 
-    /// Tells the elevator that `rq` ended: `issued` ones completed on the device first.
+    /// Tells the elevator that `rq` (with `io`) ended: `issued` ones completed on the
+    /// device first.
     /// Its shared part hears of it without the lock; the locked hooks run only when that
     /// asks for them, or when the elevator has no shared part.
     #[inline]
-    pub(super) fn elevator_done(&self, rq: &Rq, issued: bool) {
+    pub(super) fn elevator_done(&self, rq: &Rq, io: &RqIo, issued: bool) {
         let elv_cx = self.elv_cx();
         // The shared part is replaced only frozen: this completion holds a usage count.
         if let Some(shared) = self.elevator.shared() {
-            if !shared.request_done(&elv_cx, rq, issued) {
+            if !shared.request_done(&elv_cx, rq, io, issued) {
                 return;
             }
         }
