@@ -598,11 +598,10 @@ impl Deadline {
         Some(key)
     }
 
-    /// With several classes queued: a lower-class request that waited past the aging
-    /// expiry.
-    fn dispatch_aged(&mut self, cx: &ElvCx<'_>) -> Option<usize> {
-        let busy = (0..NR_CLASSES).filter(|&c| self.class_busy(c)).count();
-        if busy < 2 {
+    /// With several classes queued (`busy`: which are): a lower-class request that waited
+    /// past the aging expiry.
+    fn dispatch_aged(&mut self, cx: &ElvCx<'_>, busy: [bool; NR_CLASSES]) -> Option<usize> {
+        if busy.iter().filter(|&&b| b).count() < 2 {
             return None;
         }
         let latest = cx
@@ -669,10 +668,12 @@ impl Elevator for Deadline {
 
     fn dispatch_request(&mut self, cx: &ElvCx<'_>, _hctx: usize) -> Option<Rq> {
         self.dispatch_end = None;
-        let key = self.dispatch_aged(cx).or_else(|| {
+        // The classes with requests queued or in flight, read once for both looks.
+        let busy: [bool; NR_CLASSES] = core::array::from_fn(|c| self.class_busy(c));
+        let key = self.dispatch_aged(cx, busy).or_else(|| {
             // The highest class with requests queued or in flight, strictly (a class with
             // none has nothing to dispatch either).
-            let class = (0..NR_CLASSES).find(|&c| self.class_busy(c))?;
+            let class = busy.iter().position(|&b| b)?;
             self.dispatch_class(cx, class, u64::MAX)
         })?;
         let rq = self.sorted.take(key)?;
