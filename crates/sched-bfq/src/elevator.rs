@@ -1,4 +1,12 @@
 //! BFQ as an elevator: the calls the queue makes into it.
+//!
+//! BFQ hands out no shared part ([`Elevator::shared`]): its completion stays under the
+//! elevator's lock, as Linux's `bfq_completed_request` runs under `bfqd->lock`. None of it
+//! is counting for its own sake: the requests in flight (the scheduler's and the queue's),
+//! the last completion time and the command-queueing samples are read by the decisions the
+//! same completion makes (whether the queue in service expires, idles or keeps its turn
+//! alone, its soft real-time start, whether the device queues commands), so moving them
+//! into atomics would add a locked operation beside the lock, not take one away.
 
 use blkmq_core::{Bio, BioFlags, Elevator, ElvCx, MergeKind, Op, Rq, RqIo};
 use blkmq_sched_index::HeldRequests;
