@@ -721,6 +721,11 @@ impl Elevator for Deadline {
     }
 
     fn bio_merge(&mut self, cx: &ElvCx<'_>, bio: Bio) -> Result<(), Bio> {
+        if self.queued() == 0 {
+            // Nothing queued to merge into (an idle device's common case): the bio is
+            // not moved through the merge sequence only to come back.
+            return Err(bio);
+        }
         blkmq_sched_index::bio_merge(self, cx, bio)
     }
 
