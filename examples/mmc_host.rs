@@ -3,7 +3,9 @@
 //! iozone never faster).
 //!
 //! ```text
-//! cargo run --release --example mmc_host            # the seed's scale
+//! cargo run --release --example mmc_host            # the seed's scale, on one screen
+//! cargo run --release --example mmc_host -- --full  # every table
+//! cargo run --release --example mmc_host -- --svg DIR  # and pictures in DIR
 //! cargo run --release --example mmc_host -- small   # the test's: dd of 64 MiB, fewer records
 //! cargo run --release --example mmc_host -- --thread-wake-us=40  # another queue thread
 //! ```
@@ -20,6 +22,13 @@
 //! request, 128 segments of at most 64 KiB.
 //!
 //! # Reading the output
+//!
+//! By default the report fits one screen: `dd` and `find` of every set-up (the seed's
+//! BEFORE and AFTER, the model's BEFORE, the simulated columns), each against the seed's
+//! BEFORE and AFTER; a line of iozone per set-up, each test's geometric mean over its
+//! record sizes against the seed's BEFORE; the responsiveness table (5. below); and a line
+//! per check of 3. and 4. that failed, or that all hold. `--full` prints every table, in
+//! five sections:
 //!
 //! 1. The seed's figures, parsed from its text and printed back in its formats: BEFORE
 //!    (Linux 4.9-rc2's legacy MMC path) and AFTER (the naive switch to blk-mq).
@@ -51,6 +60,12 @@
 //!    issuer new to the queue) on an idle card and under four `dd` writers, for each
 //!    scheduler: how much longer it takes loaded, and what the writers moved meanwhile.
 //!
+//! `--svg DIR` writes pictures of the same figures, each written on it as text:
+//! `dd.svg` and `find.svg` (a bar per set-up, the seed's BEFORE and AFTER as dashed
+//! lines), `iozone.svg` (the grids side by side, each cell shaded by its ratio to the
+//! seed's BEFORE) and `startup.svg` (the start-up's time idle and loaded per scheduler, on a
+//! log scale).
+//!
 //! # What the figures say
 //!
 //! * The naive set-up loses `dd` (17.5 MB/s, the seed's AFTER 16.9) and every read of a
@@ -81,19 +96,37 @@ mod host;
 fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let mut scale = host::Scale::SEED;
     let mut setup = host::Setup::seed();
-    for arg in std::env::args().skip(1) {
+    let mut full = false;
+    let mut svg_dir = None;
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
         if arg == "small" {
             scale = host::Scale::SMALL;
+        } else if arg == "--full" {
+            full = true;
+        } else if arg == "--svg" {
+            svg_dir = Some(args.next().ok_or("--svg needs a directory")?);
+        } else if let Some(dir) = arg.strip_prefix("--svg=") {
+            svg_dir = Some(dir.to_string());
         } else if let Some(us) = arg.strip_prefix("--thread-wake-us=") {
             let wake_ns = us.parse::<u64>()?.saturating_mul(1_000);
             setup = host::Setup::with_thread_wake(wake_ns)
                 .ok_or("a wake-up longer than the fitted command or preparation time")?;
         } else {
-            let usage = "try `small` and `--thread-wake-us=N`";
+            let usage = "try `small`, `--full`, `--svg DIR` and `--thread-wake-us=N`";
             return Err(format!("unknown argument {arg:?}: {usage}").into());
         }
     }
     let results = host::run_all(setup, scale)?;
-    print!("{}", host::report(&results)?);
+    if full {
+        print!("{}", host::report(&results)?);
+    } else {
+        print!("{}", host::summary(&results)?);
+    }
+    if let Some(dir) = svg_dir {
+        for path in host::write_pictures(&results, std::path::Path::new(&dir))? {
+            eprintln!("wrote {}", path.display());
+        }
+    }
     Ok(())
 }

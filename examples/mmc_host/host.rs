@@ -13,19 +13,27 @@
 //! * `figures.rs`: the figures of a set-up, read from the seed's text or measured.
 //! * `startup.rs`: responsiveness, an application starting up under background writes.
 //! * `compare.rs`: the calibration against the seed's BEFORE and the direction checks.
-//! * `report.rs`: the [`report`](report()) the example prints.
+//! * `report.rs`: the whole [`report`](report()), what the example prints with `--full`.
+//! * `summary.rs`: the report on one screen ([`summary`](summary())), what it prints by
+//!   default.
+//! * `pictures.rs`: the SVG pictures `--svg DIR` writes
+//!   ([`write_pictures`](write_pictures())).
 
 use std::error::Error;
 
 pub(crate) mod compare;
 pub(crate) mod driver;
 pub(crate) mod figures;
+pub(crate) mod pictures;
 pub(crate) mod report;
 pub(crate) mod scenario;
 pub(crate) mod startup;
+pub(crate) mod summary;
 
+pub(crate) use pictures::write_pictures;
 pub(crate) use report::report;
 pub(crate) use scenario::{Scale, Setup, run_all};
+pub(crate) use summary::summary;
 
 /// What can go wrong setting up or running a scenario.
 pub(crate) type Fallible<T> = Result<T, Box<dyn Error + Send + Sync>>;

@@ -1,4 +1,4 @@
-//! The report the example prints: the seed's figures, the simulated columns with what
+//! The whole report, what the example prints with `--full`: the seed's figures, the simulated columns with what
 //! their drivers did, the calibration, the direction checks and the responsiveness table,
 //! each section in the seed's formats where it has one.
 
@@ -164,7 +164,7 @@ pub(crate) fn startup_table(rows: &[(Column, Startup)]) -> String {
 }
 
 /// The whole report: the seed's figures, the simulated columns with what their drivers
-/// did, the calibration and the direction checks.
+/// did, the calibration, the direction checks and the responsiveness table.
 pub(crate) fn report(results: &Results) -> Fallible<String> {
     let before = Figures::parse_seed(SEED_BEFORE).ok_or("the seed's BEFORE does not parse")?;
     let after = Figures::parse_seed(SEED_AFTER).ok_or("the seed's AFTER does not parse")?;

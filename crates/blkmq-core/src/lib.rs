@@ -82,9 +82,9 @@ pub use merge::MergeKind;
 pub use platform::StdPlatform;
 pub use platform::{NoPlatform, Platform, Service};
 pub use queue::{
-    Due, FLUSH_PENDING_TIMEOUT_NS, Host, IDLE_INTERVAL_NS, PLUG_FLUSH_BYTES, PLUG_MAX,
-    PLUG_MAX_MULTI, Plug, QueueConfig, RESOURCE_DELAY_NS, RequestQueue, RestartSet, Serviced,
-    SubmitFuture, TIMEOUT_CHECK_NS, TagsGuard,
+    Due, FLUSH_PENDING_TIMEOUT_NS, HctxDump, Host, HostDump, IDLE_INTERVAL_NS, PLUG_FLUSH_BYTES,
+    PLUG_MAX, PLUG_MAX_MULTI, Plug, QueueConfig, QueueDump, RESOURCE_DELAY_NS, RequestDump,
+    RequestQueue, RestartSet, Serviced, SubmitFuture, TIMEOUT_CHECK_NS, TagsGuard,
 };
 pub use queue_map::{QueueMap, QueueMaps, QueueType};
 pub use queue_tags::{Alloc, AllocFuture, QueueTags};

@@ -339,6 +339,45 @@ fn a_fresh_plug_per_batch_allocates_nothing() {
 }
 
 #[test]
+fn a_plug_with_a_cache_allocates_nothing() {
+    // Requests taken ahead in batches, into the plug's own room; the unused ones given back
+    // at each flush. Inline completion, and the driver holding a batch.
+    for inline in [true, false] {
+        let (host, queue) = build(inline, LIMITS, false);
+        let mut spare = Vec::with_capacity(64);
+        let mut plug = Plug::with_ios(8);
+        let mut run = |from: u64, n: u64| {
+            for i in from..from + n {
+                queue
+                    .submit_plugged(&mut plug, bio(Op::Read, scattered(i)))
+                    .unwrap();
+                // Flushed one short of the count: a cached request goes back each time.
+                if i % 7 == 6 {
+                    plug.flush();
+                    if !inline {
+                        end_held(&host, &queue, &mut spare);
+                    }
+                }
+            }
+            plug.flush();
+            if !inline {
+                end_held(&host, &queue, &mut spare);
+            }
+        };
+        run(0, 98);
+        let before = ended();
+        let requests = host.driver().requests();
+        assert_no_alloc("a plug with a cache", || run(98, IOS));
+        assert_eq!(ended() - before, IOS);
+        assert_eq!(host.driver().requests() - requests, IOS, "nothing merges");
+        assert_eq!(
+            (host.set().busy(), host.in_driver(), queue.usage()),
+            (0, 0, 0)
+        );
+    }
+}
+
+#[test]
 fn starting_a_plug_allocates_nothing() {
     let (_host, queue) = build(true, LIMITS, false);
     assert_no_alloc("Plug::new", || {

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use blkmq_core::{Bio, Driver, IssuerId, Op, RequestQueue, SECTOR_SIZE, Status};
+use blkmq_core::{Bio, BioFlags, Driver, IssuerId, Op, RequestQueue, SECTOR_SIZE, Status};
 use fuser::{
     BackgroundSession, Config, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
     Generation, INodeNo, InitFlags, KernelConfig, LockOwner, MountOption, OpenFlags, ReplyAttr,
@@ -420,7 +420,7 @@ impl<D: Driver> DiskFs<D> {
     }
 
     /// Reads into or writes from the `len` bytes (whole blocks) at `addr`, at `sector`,
-    /// for `issuer`, waiting for the end: a bio whose one buffer they are, as
+    /// for `issuer`, with `flags`, waiting for the end: a bio whose one buffer they are, as
     /// [`read_at`](RequestQueue::read_at) makes, with the issuer named so that an I/O
     /// scheduler keeps the processes doing I/O apart. The caller holds the buffer borrowed
     /// across the call (mutably for a read), which returns only once the bio ended.
@@ -431,11 +431,13 @@ impl<D: Driver> DiskFs<D> {
         addr: *const u8,
         len: usize,
         issuer: IssuerId,
+        flags: BioFlags,
     ) -> Status {
         let sectors = (len as u64 / SECTOR_SIZE) as u32;
         let bio = Bio::new(op, sector, sectors)
             .buffer(addr as u64)
-            .issuer(issuer);
+            .issuer(issuer)
+            .flags(flags);
         self.queue.submit_and_wait(bio)
     }
 
@@ -470,6 +472,19 @@ impl<D: Driver> DiskFs<D> {
 /// The caller of a FUSE request (the thread the kernel names), as the bios' issuer.
 fn issuer(req: &Request) -> IssuerId {
     IssuerId(req.pid())
+}
+
+/// The flags of a write's bio, from the file flags the kernel sends with it: a write the
+/// caller wants durable when it returns (the file opened `O_DSYNC` or `O_SYNC`, which
+/// includes `O_DSYNC`'s bit, or written with `RWF_DSYNC`/`RWF_SYNC`, which the kernel adds
+/// as those flags) is FUA, as Linux's direct writes to a block device are; the queue
+/// follows it with a flush where the device does not honour FUA.
+fn write_flags(flags: OpenFlags) -> BioFlags {
+    if flags.0 & libc::O_DSYNC != 0 {
+        BioFlags::FUA
+    } else {
+        BioFlags::empty()
+    }
 }
 
 fn result(status: Status) -> Result<(), Errno> {
@@ -576,7 +591,8 @@ impl<D: Driver> Filesystem for DiskFs<D> {
         BUFFER.with_borrow_mut(|buffer| {
             let buf = buffer.get((last - first) as usize);
             let (addr, len) = (buf.as_mut_ptr(), buf.len());
-            let status = self.transfer(Op::Read, first / SECTOR_SIZE, addr, len, issuer(req));
+            let sector = first / SECTOR_SIZE;
+            let status = self.transfer(Op::Read, sector, addr, len, issuer(req), BioFlags::empty());
             let ok = status == Status::Ok;
             self.stats
                 .record(OpKind::Read, end - offset, start.elapsed(), ok);
@@ -595,7 +611,7 @@ impl<D: Driver> Filesystem for DiskFs<D> {
         offset: u64,
         data: &[u8],
         _write_flags: WriteFlags,
-        _flags: OpenFlags,
+        flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
@@ -620,14 +636,15 @@ impl<D: Driver> Filesystem for DiskFs<D> {
         let len = (data.len() as u64).min(self.size - offset) as usize;
         let data = &data[..len];
         let sector = offset / SECTOR_SIZE;
+        let flags = write_flags(flags);
         let status = if data.as_ptr() as u64 & self.dma_alignment == 0 {
             // The FUSE request's own buffer, borrowed until the bio ends.
-            self.transfer(Op::Write, sector, data.as_ptr(), len, issuer(req))
+            self.transfer(Op::Write, sector, data.as_ptr(), len, issuer(req), flags)
         } else {
             BUFFER.with_borrow_mut(|buffer| {
                 let buf = buffer.get(len);
                 buf.copy_from_slice(data);
-                self.transfer(Op::Write, sector, buf.as_ptr(), len, issuer(req))
+                self.transfer(Op::Write, sector, buf.as_ptr(), len, issuer(req), flags)
             })
         };
         self.stats.record(

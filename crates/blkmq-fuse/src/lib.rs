@@ -16,6 +16,7 @@
 //! | --- | --- |
 //! | `read` | an [`Op::Read`](blkmq_core::Op::Read) bio into the serving thread's reply buffer, which it owns until the bio ends (as [`RequestQueue::read_at`](blkmq_core::RequestQueue::read_at) makes it) |
 //! | `write` | an [`Op::Write`](blkmq_core::Op::Write) bio whose data is the FUSE request's own buffer (as [`RequestQueue::write_at`](blkmq_core::RequestQueue::write_at) makes it) |
+//! | `write` to a file opened `O_DSYNC` or `O_SYNC`, or with `RWF_DSYNC` | the same bio with [`BioFlags::FUA`](blkmq_core::BioFlags::FUA), as Linux's direct writes to a block device: durable when it returns (the queue follows it with a flush where the device has no FUA) |
 //! | `fsync`, `fdatasync`, `flush` (each `close`) | an empty [`Op::Flush`](blkmq_core::Op::Flush) bio, sequenced as the queue's flush handling does |
 //! | `fallocate(PUNCH_HOLE \| KEEP_SIZE)` | [`Op::Discard`](blkmq_core::Op::Discard) bios |
 //! | `fallocate(ZERO_RANGE)` | [`Op::WriteZeroes`](blkmq_core::Op::WriteZeroes) bios |

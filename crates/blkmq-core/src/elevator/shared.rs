@@ -157,6 +157,13 @@ impl<R: lock_api::RawMutex> ElvSlot<ElvLock<R>> {
         self.locked.lock()
     }
 
+    /// The locked part, if the lock is free now (for a state dump that must not wait).
+    pub(crate) fn try_lock(
+        &self,
+    ) -> Option<lock_api::MutexGuard<'_, R, Option<Box<dyn Elevator>>>> {
+        self.locked.try_lock()
+    }
+
     /// The locked part, owned.
     pub(crate) fn get_mut(&mut self) -> &mut Option<Box<dyn Elevator>> {
         self.locked.get_mut()

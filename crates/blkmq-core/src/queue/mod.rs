@@ -22,6 +22,7 @@
 //! | `wait.rs` | submitters waiting for room and for their own I/O | `submit_bio_wait`, `blk_queue_enter` |
 //! | `runtime.rs` | changes at run time | `blk_mq_update_nr_requests` |
 //! | `flush.rs` | the flush sequence | `blk-flush.c` |
+//! | `dump.rs` | [`HostDump`], [`QueueDump`], [`HctxDump`], [`RequestDump`]: state in text | `blk-mq-debugfs.c` |
 //!
 //! Which bios and requests may merge is in `merge.rs`, beside the queue.
 //!
@@ -120,6 +121,7 @@ mod config;
 mod data;
 mod deactivate;
 mod dispatch;
+mod dump;
 mod flush;
 mod host;
 mod plug;
@@ -137,6 +139,7 @@ mod usage;
 mod wait;
 
 pub use config::QueueConfig;
+pub use dump::{HctxDump, HostDump, QueueDump, RequestDump};
 pub use flush::FLUSH_PENDING_TIMEOUT_NS;
 pub use host::Host;
 pub use plug::{PLUG_FLUSH_BYTES, PLUG_MAX, PLUG_MAX_MULTI, Plug};

@@ -1,14 +1,21 @@
 //! What the mount tests share: a RAM disk driver that moves each request's bytes through
-//! its segments, a reason to skip where FUSE cannot be mounted, and bounded waits.
+//! its segments, a reason to skip where FUSE cannot be mounted, and bounded waits; for the
+//! real-stack tests, `blkmq-disk` as a child process (`daemon`) and a reader of fio's JSON
+//! report (`json`).
 
 #![allow(dead_code)] // each test file uses part of it
+
+pub(crate) mod daemon;
+pub(crate) mod json;
 
 use std::path::Path;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use blkmq_core::{Driver, HctxCx, Op, Rejected, RequestInit, Rq, SECTOR_SIZE, Status, StdPlatform};
+use blkmq_core::{
+    BioFlags, Driver, HctxCx, Op, Rejected, RequestInit, Rq, SECTOR_SIZE, Status, StdPlatform,
+};
 
 /// A RAM disk: reads and writes copy between the medium and the segments' addresses
 /// (pointers in this process), discards and write-zeroes zero, flushes are counted.
@@ -16,6 +23,10 @@ pub(crate) struct RamDisk {
     pub(crate) medium: Mutex<Vec<u8>>,
     pub(crate) flushes: AtomicU64,
     pub(crate) discards: AtomicU64,
+    /// Writes that came with FUA (forced unit access).
+    pub(crate) fua_writes: AtomicU64,
+    /// Writes, FUA or not.
+    pub(crate) writes: AtomicU64,
     /// The issuer of the last read or write.
     pub(crate) last_issuer: AtomicU64,
 }
@@ -26,6 +37,8 @@ impl RamDisk {
             medium: Mutex::new(vec![0; bytes]),
             flushes: AtomicU64::new(0),
             discards: AtomicU64::new(0),
+            fua_writes: AtomicU64::new(0),
+            writes: AtomicU64::new(0),
             last_issuer: AtomicU64::new(u64::MAX),
         }
     }
@@ -60,6 +73,12 @@ impl Driver for RamDisk {
                 if let Some(bio) = io.first_bio() {
                     let issuer = u64::from(bio.issuer.0);
                     self.last_issuer.store(issuer, Ordering::Relaxed);
+                }
+                if op == Op::Write {
+                    self.writes.fetch_add(1, Ordering::Relaxed);
+                    if io.flags().contains(BioFlags::FUA) {
+                        self.fua_writes.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
                 let mut at = start;
                 for seg in queue.segments(&rq).expect("our own request") {
@@ -155,4 +174,34 @@ impl Aligned {
     pub(crate) fn as_mut(&mut self) -> &mut [u8] {
         &mut self.bytes[self.skip..self.skip + self.len]
     }
+}
+
+/// Fills `buf` with pseudo-random bytes drawn from `seed` (xorshift64*): the same seed,
+/// the same bytes.
+pub(crate) fn fill_pattern(seed: u64, buf: &mut [u8]) {
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    for chunk in buf.chunks_mut(8) {
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        let word = state.wrapping_mul(0x2545_f491_4f6c_dd1d).to_le_bytes();
+        chunk.copy_from_slice(&word[..chunk.len()]);
+    }
+}
+
+/// A 64-bit hash of `bytes` (each 8-byte word mixed in by a multiply and a shift, then
+/// the length), to tell contents apart.
+pub(crate) fn hash64(bytes: &[u8]) -> u64 {
+    fn mix(hash: u64, word: u64) -> u64 {
+        let hash = (hash ^ word).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        hash ^ (hash >> 29)
+    }
+    let mut hash = 0xcbf2_9ce4_8422_2325u64;
+    let mut words = bytes.chunks_exact(8);
+    for word in &mut words {
+        hash = mix(hash, u64::from_le_bytes(word.try_into().unwrap()));
+    }
+    let mut tail = [0u8; 8];
+    tail[..words.remainder().len()].copy_from_slice(words.remainder());
+    mix(mix(hash, u64::from_le_bytes(tail)), bytes.len() as u64)
 }

@@ -9,6 +9,7 @@ use blkmq_core::{BioFlags, IssuerId, Op, SECTOR_SIZE};
 
 use super::{Cx, Done, Io, Workload};
 use crate::SimRng;
+use crate::svg::escape;
 
 /// One of iozone's tests, in the grid's column order.
 ///
@@ -284,13 +285,6 @@ impl IozoneGrid {
         svg.push_str("</svg>\n");
         svg
     }
-}
-
-/// Escapes text for SVG.
-fn escape(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
 }
 
 impl fmt::Display for IozoneGrid {

@@ -11,7 +11,9 @@
 //! unmounts, flushes the device, drains the queue, syncs the backing file and prints a
 //! summary; the exit status is 0. Once a second a line on stderr gives the IOPS, MB/s,
 //! mean and 99th percentile latency of the last second, and the requests the driver holds
-//! on each hardware queue. A problem found before serving (no `/dev/fuse`, no way to
+//! on each hardware queue. SIGUSR1 prints the host's state dump on stderr (each hardware
+//! queue's state, lists, tags and requests in the driver: `Host::dump`), as blk-mq's
+//! debugfs shows it, while serving goes on. A problem found before serving (no `/dev/fuse`, no way to
 //! mount, a backing file that cannot be opened or sized, no mount point) is one line on
 //! stderr and exit status 1; a bad command line, exit status 2.
 //!
@@ -238,6 +240,10 @@ mod linux {
             dma_alignment,
             ..ServeOptions::default()
         };
+        // SIGUSR1: the state dump, printed by the loop below (the handler only sets a flag).
+        let dump = Arc::new(AtomicBool::new(false));
+        signal_hook::flag::register(signal_hook::consts::SIGUSR1, dump.clone())
+            .map_err(|e| format!("cannot handle SIGUSR1: {e}"))?;
         let served = serve(queue.clone(), &args.mount, &options)
             .map_err(|e| format!("cannot mount on {}: {e}", args.mount.display()))?;
         eprintln!(
@@ -261,6 +267,11 @@ mod linux {
             std::thread::sleep(Duration::from_millis(50));
             in_flight(host, queue, &mut sums);
             samples += 1;
+            if dump.swap(false, Ordering::Relaxed) {
+                // Formatted first: no queue lock is held while stderr blocks.
+                let text = host.dump().to_string();
+                let _ = std::io::stderr().write_all(text.as_bytes());
+            }
             if tick.elapsed() >= Duration::from_secs(1) {
                 let now = served.stats().snapshot();
                 if !args.quiet {
