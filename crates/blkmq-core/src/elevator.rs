@@ -2,9 +2,14 @@
 //! what it offers the scheduler in return ([`ElvCx`]).
 
 mod cx;
+mod shared;
 
 pub use cx::ElvCx;
 pub(crate) use cx::{ASK_BACKEND, ElvBackend};
+pub use shared::ElvShared;
+pub(crate) use shared::ElvSlot;
+
+use alloc::sync::Arc;
 
 use crate::bio::{Bio, BioFlags, Op};
 use crate::limits::MergeKind;
@@ -12,7 +17,9 @@ use crate::request::{Rq, RqIo};
 
 /// An I/O scheduler (Linux's `elevator_mq_ops`). The request queue calls it under one lock,
 /// so `&mut self` is the whole queue's view; it owns the [`Rq`]s inserted into it until it
-/// dispatches them or they merge away.
+/// dispatches them or they merge away. Completion may run without that lock: an elevator
+/// that hands out a [`shared`](Self::shared) part ([`ElvShared`]) has its completions
+/// reported there first, and the locked completion hooks run only when it asks.
 ///
 /// Keys: every request has a dense [key](ElvCx::key) below [`ElvCx::nr_keys`]; an elevator
 /// keeps its requests in an array indexed by key and its orders (sorted trees, FIFOs) as
@@ -608,7 +615,9 @@ pub trait Elevator: core::any::Any + Send {
     }
 
     /// A request that went through the elevator is being freed (completed, or ended with
-    /// an error before it was dispatched).
+    /// an error before it was dispatched). Under the lock, after
+    /// [`completed_request`](Self::completed_request) for one the device completed; with a
+    /// [`shared`](Self::shared) part, only when its [`ElvShared::request_done`] asks.
     ///
     /// ```
     /// # use blkmq_core::*;
@@ -655,7 +664,9 @@ pub trait Elevator: core::any::Any + Send {
         let _ = (cx, rq);
     }
 
-    /// A dispatched request completed at `now_ns` (accounting: rates, think times).
+    /// A dispatched request completed at `now_ns` (accounting: rates, think times). Under
+    /// the lock; with a [`shared`](Self::shared) part, only when its
+    /// [`ElvShared::request_done`] asks.
     ///
     /// ```
     /// # use blkmq_core::*;
@@ -818,6 +829,34 @@ pub trait Elevator: core::any::Any + Send {
     /// tags.free(rq).unwrap();
     /// ```
     fn next_timer(&self) -> Option<u64> {
+        None
+    }
+
+    /// The part of the elevator that completion reaches without the lock, if it has one
+    /// (see [`ElvShared`], and its module for the contract): asked for once, when the
+    /// elevator is attached to a queue; the queue keeps it until the elevator is switched
+    /// away. Without one (the default), every completion takes the lock for
+    /// [`completed_request`](Self::completed_request) and
+    /// [`finish_request`](Self::finish_request).
+    ///
+    /// ```
+    /// use blkmq_core::*;
+    /// use std::collections::VecDeque;
+    ///
+    /// struct Fifo(VecDeque<Rq>);
+    /// impl Elevator for Fifo {
+    /// #     fn name(&self) -> &'static str { "fifo" }
+    /// #     fn insert_requests(&mut self, _: &ElvCx, rqs: &mut dyn Iterator<Item = Rq>, _: bool) {
+    /// #         self.0.extend(rqs);
+    /// #     }
+    /// #     fn dispatch_request(&mut self, _: &ElvCx<'_>, _: usize) -> Option<Rq> {
+    /// #         self.0.pop_front()
+    /// #     }
+    /// #     fn has_work(&self, _: usize) -> bool { !self.0.is_empty() }
+    /// }
+    /// assert!(Fifo(VecDeque::new()).shared().is_none()); // completes under the lock
+    /// ```
+    fn shared(&self) -> Option<Arc<dyn ElvShared>> {
         None
     }
 }

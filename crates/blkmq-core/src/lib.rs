@@ -75,7 +75,7 @@ pub mod testing;
 pub use bio::{Bio, BioFlags, EndIo, IoPrio, IoPrioClass, IssuerId, Op, SECTOR_SIZE, Status};
 pub use completion::Completion;
 pub use driver::{Driver, HctxCx, Rejected, RqBatch, TimeoutAction};
-pub use elevator::{Elevator, ElvCx, TunableError};
+pub use elevator::{Elevator, ElvCx, ElvShared, TunableError};
 pub use error::{ConfigError, Misused, TagError, Unended};
 pub use limits::{MAX_CAPACITY, QueueLimits};
 pub use merge::MergeKind;

@@ -1,4 +1,12 @@
 //! BFQ as an elevator: the calls the queue makes into it.
+//!
+//! BFQ hands out no shared part ([`Elevator::shared`]): its completion stays under the
+//! elevator's lock, as Linux's `bfq_completed_request` runs under `bfqd->lock`. None of it
+//! is counting for its own sake: the requests in flight (the scheduler's and the queue's),
+//! the last completion time and the command-queueing samples are read by the decisions the
+//! same completion makes (whether the queue in service expires, idles or keeps its turn
+//! alone, its soft real-time start, whether the device queues commands), so moving them
+//! into atomics would add a locked operation beside the lock, not take one away.
 
 use blkmq_core::{Bio, BioFlags, Elevator, ElvCx, MergeKind, Op, Rq, RqIo};
 use blkmq_sched_index::HeldRequests;
@@ -93,9 +101,15 @@ impl Elevator for Bfq {
         self.rotational = cx.limits().rotational;
         let (key, injected) = self.next_dispatch(now)?;
         let rq = self.sorted.take(key)?;
-        let (sector, sectors) = cx.io(&rq).map_or((0, self.info[key].sectors), |io| {
-            (io.sector(), io.sectors())
-        });
+        // A sorted request is filed at its start and its size kept (merges refile both);
+        // one off the dispatch list (requeued) may have changed since: ask.
+        let (sector, sectors) = if self.sorted.forest().contains(key) {
+            (self.sorted.forest().sector(key), self.info[key].sectors)
+        } else {
+            cx.io(&rq).map_or((0, self.info[key].sectors), |io| {
+                (io.sector(), io.sectors())
+            })
+        };
         self.dispatched(key, sector, sectors, injected, now);
         Some(rq)
     }
@@ -120,6 +134,11 @@ impl Elevator for Bfq {
     }
 
     fn bio_merge(&mut self, cx: &ElvCx<'_>, bio: Bio) -> Result<(), Bio> {
+        if self.lists.total() == 0 {
+            // Nothing queued to merge into (an idle device's common case): the bio is
+            // not moved through the merge sequence only to come back.
+            return Err(bio);
+        }
         blkmq_sched_index::bio_merge(self, cx, bio)
     }
 

@@ -591,8 +591,12 @@ impl Bfq {
         let sync = is_sync(io.op(), io.flags());
         let prio = io.prio();
         let issuer = io.issuer();
-        // A reinsert (a merge refused, a requeue) may still be on a list.
-        self.unlink(key);
+        // A reinsert (a merge refused, a requeue) may still be on a list; a request not
+        // counted in is on none (what is uncounted was unlinked first), and its key's
+        // queue, if any, is not busy (a queue is busy only while its FIFO holds some).
+        if self.info[key].counted {
+            self.unlink(key);
+        }
         if at_head {
             self.end_lone_wait(None, now);
         }

@@ -228,7 +228,12 @@ impl Queue {
         let elapsed = now.saturating_sub(self.last_end_ns).min(2 * slice_idle);
         self.ttime_samples = (7 * self.ttime_samples + 256) / 8;
         self.ttime_total = (7 * self.ttime_total + 256 * elapsed) / 8;
-        self.ttime_mean = (self.ttime_total + 128) / self.ttime_samples;
+        // The sample count settles at 256 (the fixed point of the decay): a shift then.
+        self.ttime_mean = if self.ttime_samples == 256 {
+            (self.ttime_total + 128) >> 8
+        } else {
+            (self.ttime_total + 128) / self.ttime_samples
+        };
     }
 
     /// Records whether a request at `sector` of `sectors` is a seek from the previous one.

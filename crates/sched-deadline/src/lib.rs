@@ -19,6 +19,13 @@
 //! deadline. Everything but reads is limited to [`Tunables::async_depth`] scheduler tags.
 //! The structures are arrays made when the queue's depth is set: no allocation per I/O.
 //!
+//! Completion takes no lock: the queue reports it to the scheduler's shared part
+//! ([`Elevator::shared`]), which counts it in an atomic per class, as Linux's
+//! `dd_finish_request` does (`atomic_inc(&stats->completed)`); insertion, merging and
+//! dispatch count under the elevator's lock. Each request carries what its completion
+//! needs (its class, and whether it was counted in) in its `sched_data`, written under the
+//! lock when it is inserted.
+//!
 //! Deadlines and ages are read from the coarse clock ([`ElvCx::coarse_now_ns`]), as Linux
 //! counts them in jiffies: its grain (a few milliseconds) is far below the expiries
 //! (hundreds of milliseconds and more), and it is cheaper to read than the precise clock.
@@ -63,10 +70,12 @@
 
 extern crate alloc;
 
+use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::fmt;
+use core::sync::atomic::{AtomicU64, Ordering};
 
-use blkmq_core::{Bio, BioFlags, Elevator, ElvCx, IoPrioClass, MergeKind, Op, Rq};
+use blkmq_core::{Bio, BioFlags, Elevator, ElvCx, ElvShared, IoPrioClass, MergeKind, Op, Rq, RqIo};
 use blkmq_sched_index::{HeldRequests, KeyLists, SortedRequests};
 
 const READ: usize = 0;
@@ -154,7 +163,9 @@ pub struct ClassStats {
     pub in_flight: u64,
 }
 
-/// What the scheduler knows of one request key.
+/// What the scheduler knows of one request key, under the lock. A request finished by the
+/// shared part leaves its key's entry as it was; the next request of that key starts a
+/// fresh one when first inserted (its `sched_data` says it was not counted in).
 #[derive(Clone, Copy, Default)]
 struct KeyInfo {
     class: u8,
@@ -163,10 +174,63 @@ struct KeyInfo {
     fifo_time: u64,
     /// When it was first inserted (priority aging).
     insert_ns: u64,
-    /// Counted in `inserted`, not yet in `completed`.
+    /// Counted in `inserted`, and not merged away since.
     counted: bool,
     /// Dispatched and not back.
     dispatched: bool,
+}
+
+/// In a request's `sched_data[0]`: it was counted in `inserted` (set at its first insertion,
+/// under the lock; zero when the request is allocated).
+const SD_COUNTED: u64 = 1;
+/// In a request's `sched_data[0]`: where its class (as counted) starts.
+const SD_CLASS_SHIFT: u32 = 1;
+
+/// The counts that completion writes: mq-deadline's shared part ([`ElvShared`]), written
+/// without the lock, read by the locked part (`Relaxed`: see [`ElvShared`]'s module for
+/// why a count is never seen early). Aligned to its own cache line, so that completions
+/// write nothing that the locked part writes.
+#[derive(Default)]
+#[repr(align(128))]
+struct Finished {
+    /// Requests of each class counted in and finished (completed, or ended with an error
+    /// after dispatch). They were dispatched: a request the scheduler holds cannot end.
+    by_class: [AtomicU64; NR_CLASSES],
+}
+
+impl Finished {
+    fn get(&self, class: usize) -> u64 {
+        self.by_class[class].load(Ordering::Relaxed)
+    }
+
+    /// Counts the request with `io` finished, if it was counted in.
+    #[inline]
+    fn finish(&self, io: &RqIo) {
+        let data = io.sched_data[0];
+        if data & SD_COUNTED != 0 {
+            let class = ((data >> SD_CLASS_SHIFT) as usize).min(NR_CLASSES - 1);
+            self.by_class[class].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl ElvShared for Finished {
+    fn request_done(&self, _: &ElvCx<'_>, _: &Rq, io: &RqIo, _issued: bool) -> bool {
+        self.finish(io);
+        false
+    }
+}
+
+/// What the lock keeps of one class's counters; completions are in [`Finished`].
+#[derive(Clone, Copy, Default)]
+struct LockedStats {
+    inserted: u64,
+    merged: u64,
+    dispatched: u64,
+    /// Requests merged away, counted finished.
+    merged_away: u64,
+    /// Dispatches not given back by a requeue (completions are taken off when read).
+    out: u64,
 }
 
 /// The mq-deadline elevator. See the crate documentation.
@@ -184,7 +248,9 @@ pub struct Deadline {
     last_dir: usize,
     batching: u32,
     starved: u32,
-    stats: [ClassStats; NR_CLASSES],
+    stats: [LockedStats; NR_CLASSES],
+    /// Completions, counted without the lock.
+    finished: Arc<Finished>,
 }
 
 impl Default for Deadline {
@@ -192,6 +258,13 @@ impl Default for Deadline {
         Self::new()
     }
 }
+
+/// The classes, highest first (as [`class_index`] numbers them).
+const CLASSES: [IoPrioClass; NR_CLASSES] = [
+    IoPrioClass::RealTime,
+    IoPrioClass::BestEffort,
+    IoPrioClass::Idle,
+];
 
 fn class_index(class: IoPrioClass) -> usize {
     match class {
@@ -225,7 +298,8 @@ impl Deadline {
             last_dir: READ,
             batching: 0,
             starved: 0,
-            stats: [ClassStats::default(); NR_CLASSES],
+            stats: [LockedStats::default(); NR_CLASSES],
+            finished: Arc::new(Finished::default()),
         }
     }
 
@@ -236,7 +310,16 @@ impl Deadline {
 
     /// The counters of `class`.
     pub fn stats(&self, class: IoPrioClass) -> ClassStats {
-        self.stats[class_index(class)]
+        let class = class_index(class);
+        let s = &self.stats[class];
+        let finished = self.finished.get(class);
+        ClassStats {
+            inserted: s.inserted,
+            merged: s.merged,
+            dispatched: s.dispatched,
+            completed: s.merged_away + finished,
+            in_flight: s.out.saturating_sub(finished),
+        }
     }
 
     /// Requests held (queued, not dispatched).
@@ -329,7 +412,7 @@ impl Deadline {
     /// Requests of `class` inserted and not finished: queued or in flight.
     fn class_busy(&self, class: usize) -> bool {
         let s = &self.stats[class];
-        s.inserted > s.completed
+        s.inserted > s.merged_away + self.finished.get(class)
     }
 
     /// Takes `key` out of the sorted tree, the FIFO or dispatch list and the end hash.
@@ -340,26 +423,36 @@ impl Deadline {
 
     /// Queues `rq` in sector order and FIFO order (or at the head of its class's dispatch
     /// list), first trying to append it to a queued request it continues.
-    fn insert_one(&mut self, cx: &ElvCx<'_>, rq: Rq, at_head: bool) {
+    fn insert_one(&mut self, cx: &ElvCx<'_>, mut rq: Rq, at_head: bool) {
         let key = cx.key(&rq);
-        let Ok(io) = cx.io(&rq) else {
+        let Ok(io) = cx.io_mut(&mut rq) else {
             // Not a request of this queue: nothing to schedule it by. Keep it anyway, at
             // the head of best effort, so it is not lost.
-            self.keep(key, rq, 1, READ, cx.coarse_now_ns());
+            self.keep(key, rq, 1, READ, cx.coarse_now_ns(), true);
             return;
         };
         let (class, dir) = (class_index(io.prio().class()), dir_of(io.op()));
         let (sector, end) = (io.sector(), io.end_sector());
+        // A reinsert (a merge refused, a requeue) was counted in already.
+        let first = io.sched_data[0] & SD_COUNTED == 0;
+        if first {
+            io.sched_data[0] = SD_COUNTED | ((class as u64) << SD_CLASS_SHIFT);
+        }
         let now = cx.coarse_now_ns();
         if key >= self.sorted.forest().nr_keys() {
             // Keys come from the queue's arrays, sized by `depth_updated`; be safe anyway.
             self.grow(key + 1);
         }
-        self.count_in(key, class, dir, now.saturating_add(self.expire(dir)), now);
-        // A reinsert (a merge refused, a requeue) may still be on a list.
-        self.unlink(key);
+        if first {
+            self.count_in(key, class, dir, now.saturating_add(self.expire(dir)), now);
+        } else {
+            // A reinsert (a merge refused, a requeue) may still be on a list; a request
+            // inserted for the first time is on none (what the scheduler gives up, it
+            // unlinked first).
+            self.unlink(key);
+        }
         if at_head {
-            self.keep(key, rq, class, dir, now);
+            self.keep(key, rq, class, dir, now, false);
             return;
         }
         // An insert merge: a queued request ending where this one starts takes it.
@@ -374,12 +467,15 @@ impl Deadline {
         self.lists.push_back(t, key);
     }
 
-    /// Holds `rq` at the head of its class's dispatch list.
-    fn keep(&mut self, key: usize, rq: Rq, class: usize, dir: usize, now: u64) {
+    /// Holds `rq` at the head of its class's dispatch list; `first`: its first insertion,
+    /// to count in.
+    fn keep(&mut self, key: usize, rq: Rq, class: usize, dir: usize, now: u64, first: bool) {
         if key >= self.sorted.forest().nr_keys() {
             self.grow(key + 1);
         }
-        self.count_in(key, class, dir, now, now);
+        if first {
+            self.count_in(key, class, dir, now, now);
+        }
         let class = self.info[key].class as usize;
         self.lists.push_front(DISPATCH + class, key);
         self.sorted.hold(key, rq);
@@ -388,9 +484,6 @@ impl Deadline {
     /// Records `key`'s first insertion (a requeued or re-inserted request keeps what it
     /// had): its class, direction, FIFO deadline and insertion time.
     fn count_in(&mut self, key: usize, class: usize, dir: usize, fifo_time: u64, now: u64) {
-        if self.info[key].counted {
-            return;
-        }
         self.info[key] = KeyInfo {
             class: class as u8,
             dir: dir as u8,
@@ -419,7 +512,7 @@ impl Deadline {
         let class = ii.class as usize;
         self.stats[class].merged += 1;
         if fi.counted {
-            self.stats[fi.class as usize].completed += 1;
+            self.stats[fi.class as usize].merged_away += 1;
             self.info[from].counted = false;
         }
     }
@@ -505,11 +598,10 @@ impl Deadline {
         Some(key)
     }
 
-    /// With several classes queued: a lower-class request that waited past the aging
-    /// expiry.
-    fn dispatch_aged(&mut self, cx: &ElvCx<'_>) -> Option<usize> {
-        let busy = (0..NR_CLASSES).filter(|&c| self.class_busy(c)).count();
-        if busy < 2 {
+    /// With several classes queued (`busy`: which are): a lower-class request that waited
+    /// past the aging expiry.
+    fn dispatch_aged(&mut self, cx: &ElvCx<'_>, busy: [bool; NR_CLASSES]) -> Option<usize> {
+        if busy.iter().filter(|&&b| b).count() < 2 {
             return None;
         }
         let latest = cx
@@ -576,15 +668,13 @@ impl Elevator for Deadline {
 
     fn dispatch_request(&mut self, cx: &ElvCx<'_>, _hctx: usize) -> Option<Rq> {
         self.dispatch_end = None;
-        let key = self.dispatch_aged(cx).or_else(|| {
-            let mut found = None;
-            for class in 0..NR_CLASSES {
-                found = self.dispatch_class(cx, class, u64::MAX);
-                if found.is_some() || self.class_busy(class) {
-                    break;
-                }
-            }
-            found
+        // The classes with requests queued or in flight, read once for both looks.
+        let busy: [bool; NR_CLASSES] = core::array::from_fn(|c| self.class_busy(c));
+        let key = self.dispatch_aged(cx, busy).or_else(|| {
+            // The highest class with requests queued or in flight, strictly (a class with
+            // none has nothing to dispatch either).
+            let class = busy.iter().position(|&b| b)?;
+            self.dispatch_class(cx, class, u64::MAX)
         })?;
         let rq = self.sorted.take(key)?;
         // Where it ends, as it was filed (a request off a dispatch list was not: ask).
@@ -598,7 +688,7 @@ impl Elevator for Deadline {
         info.dispatched = true;
         self.latest_pos[class][dir] = end;
         self.stats[class].dispatched += 1;
-        self.stats[class].in_flight += 1;
+        self.stats[class].out += 1;
         Some(rq)
     }
 
@@ -631,23 +721,26 @@ impl Elevator for Deadline {
     }
 
     fn bio_merge(&mut self, cx: &ElvCx<'_>, bio: Bio) -> Result<(), Bio> {
+        if self.queued() == 0 {
+            // Nothing queued to merge into (an idle device's common case): the bio is
+            // not moved through the merge sequence only to come back.
+            return Err(bio);
+        }
         blkmq_sched_index::bio_merge(self, cx, bio)
     }
 
     fn finish_request(&mut self, cx: &ElvCx<'_>, rq: &Rq) {
+        // What the queue has the shared part do without the lock, plus tidying the key's
+        // entry (which the next insertion of the key would start afresh anyway).
+        if let Ok(io) = cx.io(rq) {
+            self.finished.finish(io);
+        }
         let key = cx.key(rq);
         let Some(info) = self.info.get_mut(key) else {
             return;
         };
-        let class = info.class as usize;
-        if info.dispatched {
-            info.dispatched = false;
-            self.stats[class].in_flight -= 1;
-        }
-        if info.counted {
-            info.counted = false;
-            self.stats[class].completed += 1;
-        }
+        info.dispatched = false;
+        info.counted = false;
         // Ended before dispatch (an error): no trace may stay in the orders.
         self.unlink(key);
     }
@@ -657,9 +750,13 @@ impl Elevator for Deadline {
         if let Some(info) = self.info.get_mut(key) {
             if info.dispatched {
                 info.dispatched = false;
-                self.stats[info.class as usize].in_flight -= 1;
+                self.stats[info.class as usize].out -= 1;
             }
         }
+    }
+
+    fn shared(&self) -> Option<Arc<dyn ElvShared>> {
+        Some(self.finished.clone())
     }
 }
 
@@ -688,7 +785,7 @@ impl fmt::Debug for Deadline {
         f.debug_struct("Deadline")
             .field("tunables", &self.tunables)
             .field("queued", &self.queued())
-            .field("stats", &self.stats)
+            .field("stats", &CLASSES.map(|c| self.stats(c)))
             .finish_non_exhaustive()
     }
 }

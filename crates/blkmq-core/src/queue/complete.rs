@@ -160,7 +160,7 @@ impl<D: Driver> RequestQueue<D> {
             self.account_done(hctx, io);
             // Flushes bypass the elevator.
             if elevated && io.op() != Op::Flush {
-                self.elevator_done(rq, issued);
+                self.elevator_done(rq, io, issued);
             }
             true
         };

@@ -140,7 +140,7 @@ use core::fmt;
 
 use crate::bio::{Bio, Status};
 use crate::driver::{Driver, HctxCx};
-use crate::elevator::{Elevator, ElvCx};
+use crate::elevator::{Elevator, ElvCx, ElvSlot};
 use crate::error::ConfigError;
 use crate::limits::QueueLimits;
 use crate::platform::Platform;
@@ -294,7 +294,7 @@ pub struct RequestQueue<D: Driver> {
     ctxs: Box<[SwCtx<D>]>,
     /// Changed only frozen (no usage) and quiesced (no runner): see [`Self::tags`].
     tags: UnsafeCell<QueueTags<D::Payload, D::Platform>>,
-    elevator: Lock<D, Option<Box<dyn Elevator>>>,
+    elevator: ElvSlot<Lock<D, Option<Box<dyn Elevator>>>>,
     has_elevator: AtomicBool,
     restart: RestartSet,
     kicked: RestartSet,
@@ -420,7 +420,7 @@ impl<D: Driver> RequestQueue<D> {
             hctxs,
             ctxs: ctxs.into_boxed_slice(),
             has_elevator: AtomicBool::new(elevator.is_some()),
-            elevator: lock_api::Mutex::new(elevator),
+            elevator: ElvSlot::new(elevator),
             tags: UnsafeCell::new(tags),
             restart: RestartSet::new(nr_hw)?,
             kicked: RestartSet::new(nr_hw)?,

@@ -375,9 +375,19 @@ impl<D: Driver> RequestQueue<D> {
         }
     }
 
-    /// Tells the elevator that `rq` ended: `issued` ones completed on the device first.
-    pub(super) fn elevator_done(&self, rq: &Rq, issued: bool) {
+    /// Tells the elevator that `rq` (with `io`) ended: `issued` ones completed on the
+    /// device first.
+    /// Its shared part hears of it without the lock; the locked hooks run only when that
+    /// asks for them, or when the elevator has no shared part.
+    #[inline]
+    pub(super) fn elevator_done(&self, rq: &Rq, io: &RqIo, issued: bool) {
         let elv_cx = self.elv_cx();
+        // The shared part is replaced only frozen: this completion holds a usage count.
+        if let Some(shared) = self.elevator.shared() {
+            if !shared.request_done(&elv_cx, rq, io, issued) {
+                return;
+            }
+        }
         if let Some(e) = self.elevator.lock().as_mut() {
             if issued {
                 e.completed_request(&elv_cx, rq);
@@ -456,7 +466,9 @@ impl<D: Driver> RequestQueue<D> {
             }
             self.has_elevator
                 .store(elevator.is_some(), Ordering::SeqCst);
-            *self.elevator.lock() = elevator;
+            // SAFETY: frozen with no usage left (`lock_out`): no completion, the only
+            // reader of the shared part, runs or holds it.
+            unsafe { self.elevator.replace(elevator) };
             // Room for every request the queue may now hold, made here, not per I/O.
             let capacity = self.host.set.depth() + tags.nr_requests().unwrap_or(0);
             self.reserve(capacity);
