@@ -70,6 +70,7 @@ mod sync;
 mod tags;
 mod tagset;
 pub mod testing;
+mod trace;
 
 pub use bio::{Bio, BioFlags, EndIo, IoPrio, IoPrioClass, IssuerId, Op, SECTOR_SIZE, Status};
 pub use completion::Completion;
@@ -97,3 +98,4 @@ pub use tagset::{
     BusyRq, DEFAULT_MAX_QUEUES, DEFAULT_TIMEOUT_NS, MAX_DEPTH, MAX_HW_QUEUES, MAX_SCHED_DEPTH,
     TagSet, TagSetBuilder, TagSetFlags,
 };
+pub use trace::{Action, NO_HCTX, Percentiles, RingTracer, Rwbs, TraceEvent, TraceSummary, Tracer};

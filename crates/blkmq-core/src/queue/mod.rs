@@ -133,6 +133,7 @@ mod submit;
 #[cfg(all(test, feature = "std", not(loom)))]
 mod tests;
 mod timeout;
+mod trace;
 mod usage;
 mod wait;
 
@@ -274,6 +275,8 @@ pub struct RequestQueue<D: Driver> {
     timed_out: AtomicU64,
     /// Submitters waiting for the queue to thaw (see `wait.rs`).
     thaw: wait::Thaw<D>,
+    /// Where trace events go (`trace.rs`), set for the queue's life.
+    tracer: Option<Arc<dyn crate::trace::Tracer>>,
 }
 
 // SAFETY: the `UnsafeCell` around the tags is written only while no other thread can reach
@@ -391,6 +394,7 @@ impl<D: Driver> RequestQueue<D> {
             splits: SplitPool::new(2 * capacity),
             timed_out: AtomicU64::new(0),
             thaw: lock_api::Mutex::new(wait::ThawList::default()),
+            tracer: config.tracer,
         });
         slots[slot] = Some(Arc::downgrade(&queue));
         Ok(queue)

@@ -183,7 +183,7 @@ impl<'q, D: Driver> Plug<'q, D> {
         if queue.has_elevator.load(Ordering::Relaxed) && !queue.elevator_allows_merge(rq, bio) {
             return false;
         }
-        crate::merge::merge_into(tags, &queue.limits, rq, bio)
+        crate::merge::merge_into(tags, &queue.limits, rq, bio) && queue.traced_merge(rq, bio)
     }
 
     /// Adds a fresh request, flushing first when the plug is full or its last request large.
@@ -210,6 +210,7 @@ impl<'q, D: Driver> Plug<'q, D> {
                 self.multiple_queues = true;
             }
         }
+        queue.trace_plug(self.len);
         // Flushed above when full: `len` is below `max`, at most `PLUG_MAX_MULTI`.
         self.queues[self.len] = Some(queue);
         self.rqs[self.len] = Some(rq);
@@ -319,6 +320,7 @@ impl<'a> PlugRun<'a> {
 impl<D: Driver> RequestQueue<D> {
     /// Takes a flushed plug's requests of this queue (all of `rqs`), in order.
     fn flush_plugged(&self, rqs: &mut PlugRun<'_>) {
+        self.trace_unplug(rqs.slots.len() - rqs.head);
         let elevated = self.has_elevator.load(Ordering::Relaxed);
         if elevated {
             let mut last_hctx = usize::MAX;
@@ -447,6 +449,7 @@ impl<D: Driver> RequestQueue<D> {
                     self.end_unissued(rq, Status::IoErr);
                     continue;
                 }
+                self.trace_rq(crate::trace::Action::Issue, &rq);
                 self.driver_in();
                 batch.push_back(rq);
             }
@@ -469,6 +472,7 @@ impl<D: Driver> RequestQueue<D> {
                 driver.put_budget(&cx);
                 let _ = tags.requeue(&mut rq);
                 if matches!(why, Status::Resource | Status::DevResource) {
+                    self.trace_rq(crate::trace::Action::Requeue, &rq);
                     batch.push_back(rq);
                 } else {
                     self.end_unissued(rq, if why.is_ok() { Status::IoErr } else { why });

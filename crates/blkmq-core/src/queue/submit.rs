@@ -111,6 +111,7 @@ impl<D: Driver> RequestQueue<D> {
     }
 
     fn submit_inner<'q>(&'q self, bio: Bio, plug: Option<&mut Plug<'q, D>>) -> Result<(), Bio> {
+        self.trace_bio(crate::trace::Action::Queue, &bio);
         if super::flush::is_flush_bio(&bio) {
             return self.submit_flush_bio(bio, plug);
         }
@@ -177,6 +178,7 @@ impl<D: Driver> RequestQueue<D> {
                 return Ok(());
             }
             let (first, tail) = self.splits.cut(rest, len);
+            self.trace_bio(crate::trace::Action::Split, &first);
             match self.submit_general(&first, false, plug.as_deref_mut()) {
                 Ok(()) => {
                     rest = tail;
@@ -305,7 +307,7 @@ impl<D: Driver> RequestQueue<D> {
             .tags()
             .alloc_with_bio(&Alloc::new(hctx, cpu), *bio, segments)
         {
-            Ok(rq) => rq,
+            Ok(rq) => self.traced(crate::trace::Action::GetRq, rq),
             Err((e, bio)) => return self.alloc_failed(usage, e, bio),
         };
         // INVARIANT: the request holds the usage reference until it is freed.
@@ -369,6 +371,7 @@ impl<D: Driver> RequestQueue<D> {
     fn push_ctx(&self, cpu: usize, kind: QueueType, rq: Rq) {
         let index = cpu * QueueType::ALL.len() + kind as usize;
         let ctx = &self.ctxs[index];
+        self.trace_rq(crate::trace::Action::Insert, &rq);
         ctx.list.lock().push_back(rq);
         let h = &self.hctxs[ctx.hctx];
         h.ctx_has_work[ctx.pos / 64].fetch_or(1 << (ctx.pos % 64), Ordering::SeqCst);
@@ -421,9 +424,8 @@ impl<D: Driver> RequestQueue<D> {
     fn ctx_merge_locked(&self, ctx: &SwCtx<D>, bio: &Bio) -> bool {
         let mut list = ctx.list.lock();
         let tags = self.tags();
-        list.iter_mut()
-            .rev()
-            .take(CTX_MERGE_SCAN)
-            .any(|rq| crate::merge::merge_into(tags, &self.limits, rq, bio))
+        list.iter_mut().rev().take(CTX_MERGE_SCAN).any(|rq| {
+            crate::merge::merge_into(tags, &self.limits, rq, bio) && self.traced_merge(rq, bio)
+        })
     }
 }
