@@ -169,3 +169,62 @@ fn a_split_merged_requeued_bio_has_blktraces_events_in_order() {
     assert_eq!(summary.q2c_by_issuer[&IssuerId(4)].max_ns, 400);
     assert_eq!(summary.unmatched, 0);
 }
+
+/// What the ring tracer is asked to do in the model test.
+#[derive(Clone, Debug)]
+enum RingOp {
+    /// An event on a CPU (beyond the rings: wraps around them).
+    Event { cpu: u32 },
+    /// Drain everything.
+    Drain,
+}
+
+fn ring_op() -> impl Strategy<Value = RingOp> {
+    prop_oneof![
+        4 => (0u32..4).prop_map(|cpu| RingOp::Event { cpu }),
+        1 => Just(RingOp::Drain),
+    ]
+}
+
+proptest! {
+    /// The ring tracer against a model: per ring a queue of bounded length, events beyond it
+    /// counted as dropped, each kept event numbered by its ring in order, a drain giving ring
+    /// 0's events first, each ring's oldest first.
+    #[test]
+    fn ring_tracer_matches_its_model(
+        nr_rings in 1usize..4,
+        capacity in 1usize..6,
+        ops in proptest::collection::vec(ring_op(), 0..80),
+    ) {
+        let rings = RingTracer::new(nr_rings, capacity);
+        let room = capacity.max(2).next_power_of_two();
+        prop_assert_eq!(rings.capacity(), room);
+        let mut model: Vec<std::collections::VecDeque<(u32, u64, u64)>> =
+            vec![Default::default(); nr_rings];
+        let mut next_seq = vec![0u64; nr_rings];
+        let mut dropped = 0u64;
+        for (time, op) in ops.into_iter().enumerate() {
+            let time = time as u64;
+            match op {
+                RingOp::Event { cpu } => {
+                    rings.event(&TraceEvent { cpu, ..TraceEvent::new(Action::Queue, time) });
+                    let r = cpu as usize % nr_rings;
+                    if model[r].len() == room {
+                        dropped += 1;
+                    } else {
+                        model[r].push_back((cpu, next_seq[r], time));
+                        next_seq[r] += 1;
+                    }
+                }
+                RingOp::Drain => {
+                    let mut got = Vec::new();
+                    let n = rings.drain(|e| got.push((e.cpu, e.seq, e.time_ns)));
+                    let want: Vec<_> = model.iter_mut().flat_map(|q| q.drain(..)).collect();
+                    prop_assert_eq!(n, want.len());
+                    prop_assert_eq!(got, want);
+                }
+            }
+            prop_assert_eq!(rings.dropped(), dropped);
+        }
+    }
+}
