@@ -8,7 +8,7 @@
 //!
 //! | action | letter | when |
 //! |---|---|---|
-//! | [`Action::Queue`] | Q | a bio comes in ([`submit`](crate::RequestQueue::submit)) |
+//! | [`Action::Queue`] | Q | a bio is submitted ([`submit`](crate::RequestQueue::submit); one that comes back and is submitted again, again) |
 //! | [`Action::Split`] | X | a bio is cut to the limits (`sector / sector + sectors`) |
 //! | [`Action::BackMerge`] | M | a bio joins a request at its back |
 //! | [`Action::FrontMerge`] | F | a bio joins a request at its front |
