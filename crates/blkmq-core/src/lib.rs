@@ -98,4 +98,7 @@ pub use tagset::{
     BusyRq, DEFAULT_MAX_QUEUES, DEFAULT_TIMEOUT_NS, MAX_DEPTH, MAX_HW_QUEUES, MAX_SCHED_DEPTH,
     TagSet, TagSetBuilder, TagSetFlags,
 };
-pub use trace::{Action, NO_HCTX, Percentiles, RingTracer, Rwbs, TraceEvent, TraceSummary, Tracer};
+pub use trace::{
+    Action, NO_HCTX, Percentiles, RingTracer, Rwbs, SummaryBuilder, TraceEvent, TraceSummary,
+    Tracer,
+};

@@ -48,7 +48,7 @@ mod ring;
 mod summary;
 
 pub use ring::RingTracer;
-pub use summary::{Percentiles, TraceSummary};
+pub use summary::{Percentiles, SummaryBuilder, TraceSummary};
 
 /// No hardware queue: a bio not placed yet ([`Action::Queue`], [`Action::Split`]) or a plug.
 pub const NO_HCTX: u32 = u32::MAX;

@@ -13,7 +13,7 @@
 //! * A Q of the range and issuer of a Q still pending is a bio that came back and was
 //!   submitted again: the first Q stands.
 //! * A C ends every range the requests hold inside its own: Q2C for each, and a range per
-//!   start sector, the oldest first.
+//!   start sector, the oldest first. An empty range (a flush) counts as its one sector.
 //!
 //! Events must come in time order ([`RingTracer::drain_sorted`](super::RingTracer::drain_sorted)).
 
@@ -161,12 +161,17 @@ fn take_range(ranges: &mut Ranges, sector: u64, end: u64) -> Option<Range> {
     Some(range)
 }
 
+/// The end of an event's range as followed here: an empty one (a flush) covers its sector.
+fn span_end(e: &TraceEvent) -> u64 {
+    e.end_sector().max(e.sector + 1)
+}
+
 fn put_range(ranges: &mut Ranges, start: u64, range: Range) {
     ranges.entry(start).or_default().push_back(range);
 }
 
 impl TraceSummary {
-    /// The table of `events`, in time order.
+    /// The table of `events`, in time order ([`SummaryBuilder`] one event at a time).
     ///
     /// ```
     /// use blkmq_core::{Action, TraceEvent, TraceSummary};
@@ -181,110 +186,159 @@ impl TraceSummary {
     /// assert_eq!(firsts, [10, 5, 25, 60, 100]);
     /// ```
     pub fn from_events(events: &[TraceEvent]) -> Self {
-        let mut pending = Ranges::new();
-        let mut in_requests = Ranges::new();
-        let mut rqs: BTreeMap<(u32, u32, u32), RqTimes> = BTreeMap::new();
-        let (mut q2g, mut g2i, mut i2d, mut d2c, mut q2c) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        let mut by_issuer: BTreeMap<IssuerId, Vec<u64>> = BTreeMap::new();
-        let mut queued = 0u64;
-        for e in events {
-            let key = (e.queue, e.hctx, e.tag);
-            let t = e.time_ns;
-            match e.action {
-                Action::Queue => {
-                    let again = pending.get(&e.sector).is_some_and(|list| {
-                        list.iter()
-                            .any(|r| r.end == e.end_sector() && r.issuer == e.issuer)
-                    });
-                    if !again {
-                        queued += 1;
-                        let range = Range {
-                            end: e.end_sector(),
-                            queued_ns: t,
-                            issuer: e.issuer,
-                        };
-                        put_range(&mut pending, e.sector, range);
-                    }
+        let mut builder = SummaryBuilder::default();
+        events.iter().for_each(|e| builder.push(e));
+        builder.finish()
+    }
+}
+
+/// A [`TraceSummary`] made one event at a time, as a trace is drained: it keeps the
+/// requests and bios in flight and one duration per figure.
+///
+/// ```
+/// use blkmq_core::{Action, SummaryBuilder, TraceEvent};
+/// let mut builder = SummaryBuilder::default();
+/// builder.push(&TraceEvent { sectors: 8, ..TraceEvent::new(Action::Queue, 0) });
+/// builder.push(&TraceEvent { sectors: 8, hctx: 0, tag: 1, ..TraceEvent::new(Action::GetRq, 5) });
+/// let summary = builder.finish();
+/// assert_eq!((summary.q2g.max_ns, summary.unmatched), (5, 1)); // never completed
+/// ```
+#[derive(Default)]
+pub struct SummaryBuilder {
+    pending: Ranges,
+    in_requests: Ranges,
+    rqs: BTreeMap<(u32, u32, u32), RqTimes>,
+    q2g: Vec<u64>,
+    g2i: Vec<u64>,
+    i2d: Vec<u64>,
+    d2c: Vec<u64>,
+    q2c: Vec<u64>,
+    by_issuer: BTreeMap<IssuerId, Vec<u64>>,
+    queued: u64,
+}
+
+impl fmt::Debug for SummaryBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SummaryBuilder")
+            .field("queued", &self.queued)
+            .field("completed", &self.q2c.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl SummaryBuilder {
+    /// The next event, in time order.
+    ///
+    /// ```
+    /// use blkmq_core::{Action, SummaryBuilder, TraceEvent};
+    /// let mut builder = SummaryBuilder::default();
+    /// builder.push(&TraceEvent::new(Action::Plug, 0)); // no figure of its own
+    /// assert_eq!(builder.finish().q2c.count, 0);
+    /// ```
+    pub fn push(&mut self, e: &TraceEvent) {
+        let key = (e.queue, e.hctx, e.tag);
+        let t = e.time_ns;
+        let end = span_end(e);
+        match e.action {
+            Action::Queue => {
+                let again = self
+                    .pending
+                    .get(&e.sector)
+                    .is_some_and(|list| list.iter().any(|r| r.end == end && r.issuer == e.issuer));
+                if !again {
+                    self.queued += 1;
+                    let range = Range {
+                        end: end,
+                        queued_ns: t,
+                        issuer: e.issuer,
+                    };
+                    put_range(&mut self.pending, e.sector, range);
                 }
-                Action::GetRq | Action::BackMerge | Action::FrontMerge => {
+            }
+            Action::GetRq | Action::BackMerge | Action::FrontMerge => {
+                if e.action == Action::GetRq {
+                    self.rqs.insert(
+                        key,
+                        RqTimes {
+                            allocated_ns: Some(t),
+                            ..RqTimes::default()
+                        },
+                    );
+                }
+                if let Some(range) = take_range(&mut self.pending, e.sector, end) {
                     if e.action == Action::GetRq {
-                        rqs.insert(
-                            key,
-                            RqTimes {
-                                allocated_ns: Some(t),
-                                ..RqTimes::default()
-                            },
-                        );
+                        self.q2g.push(t - range.queued_ns);
                     }
-                    if let Some(range) = take_range(&mut pending, e.sector, e.end_sector()) {
-                        if e.action == Action::GetRq {
-                            q2g.push(t - range.queued_ns);
-                        }
-                        let end = range.end.min(e.end_sector());
-                        put_range(&mut in_requests, e.sector, Range { end, ..range });
-                    }
+                    let end = range.end.min(end);
+                    put_range(&mut self.in_requests, e.sector, Range { end, ..range });
                 }
-                Action::Insert => {
-                    let rq = rqs.entry(key).or_default();
-                    if rq.inserted_ns.is_none() {
-                        if let Some(g) = rq.allocated_ns {
-                            g2i.push(t - g);
-                        }
-                        rq.inserted_ns = Some(t);
+            }
+            Action::Insert => {
+                let rq = self.rqs.entry(key).or_default();
+                if rq.inserted_ns.is_none() {
+                    if let Some(g) = rq.allocated_ns {
+                        self.g2i.push(t - g);
                     }
+                    rq.inserted_ns = Some(t);
                 }
-                Action::Issue => {
-                    let rq = rqs.entry(key).or_default();
-                    if let (Some(i), false) = (rq.inserted_ns, rq.i2d_counted) {
-                        i2d.push(t - i);
-                        rq.i2d_counted = true;
-                    }
-                    rq.issued_ns = Some(t);
+            }
+            Action::Issue => {
+                let rq = self.rqs.entry(key).or_default();
+                if let (Some(i), false) = (rq.inserted_ns, rq.i2d_counted) {
+                    self.i2d.push(t - i);
+                    rq.i2d_counted = true;
                 }
-                Action::Complete => {
-                    if let Some(rq) = rqs.remove(&key) {
-                        if let Some(d) = rq.issued_ns {
-                            d2c.push(t - d);
-                        }
-                    }
-                    let starts: Vec<u64> = in_requests
-                        .range(e.sector..e.end_sector())
-                        .map(|(s, _)| *s)
-                        .collect();
-                    for start in starts {
-                        let Some(list) = in_requests.get_mut(&start) else {
-                            continue;
-                        };
-                        let Some(at) = list.iter().position(|r| r.end <= e.end_sector()) else {
-                            continue;
-                        };
-                        if let Some(range) = list.remove(at) {
-                            q2c.push(t - range.queued_ns);
-                            by_issuer
-                                .entry(range.issuer)
-                                .or_default()
-                                .push(t - range.queued_ns);
-                        }
-                        if list.is_empty() {
-                            in_requests.remove(&start);
-                        }
-                    }
-                }
-                Action::Split | Action::Plug | Action::Unplug | Action::Requeue => {}
+                rq.issued_ns = Some(t);
+            }
+            Action::Complete => self.complete(e),
+            Action::Split | Action::Plug | Action::Unplug | Action::Requeue => {}
+        }
+    }
+
+    /// A C: its request's D2C, and Q2C for every range it holds.
+    fn complete(&mut self, e: &TraceEvent) {
+        let t = e.time_ns;
+        if let Some(rq) = self.rqs.remove(&(e.queue, e.hctx, e.tag)) {
+            if let Some(d) = rq.issued_ns {
+                self.d2c.push(t - d);
             }
         }
-        Self {
-            q2g: Percentiles::from_samples(&q2g),
-            g2i: Percentiles::from_samples(&g2i),
-            i2d: Percentiles::from_samples(&i2d),
-            d2c: Percentiles::from_samples(&d2c),
-            q2c: Percentiles::from_samples(&q2c),
-            q2c_by_issuer: by_issuer
+        let end = span_end(e);
+        let mut at = e.sector;
+        while let Some((&start, list)) = self.in_requests.range_mut(at..end).next() {
+            at = start + 1;
+            let Some(i) = list.iter().position(|r| r.end <= end) else {
+                continue;
+            };
+            if let Some(range) = list.remove(i) {
+                self.q2c.push(t - range.queued_ns);
+                let by = self.by_issuer.entry(range.issuer).or_default();
+                by.push(t - range.queued_ns);
+            }
+            if list.is_empty() {
+                self.in_requests.remove(&start);
+            }
+        }
+    }
+
+    /// The table of the events pushed.
+    ///
+    /// ```
+    /// assert_eq!(blkmq_core::SummaryBuilder::default().finish(), Default::default());
+    /// ```
+    pub fn finish(self) -> TraceSummary {
+        TraceSummary {
+            q2g: Percentiles::from_samples(&self.q2g),
+            g2i: Percentiles::from_samples(&self.g2i),
+            i2d: Percentiles::from_samples(&self.i2d),
+            d2c: Percentiles::from_samples(&self.d2c),
+            q2c: Percentiles::from_samples(&self.q2c),
+            q2c_by_issuer: self
+                .by_issuer
                 .iter()
                 .map(|(i, s)| (*i, Percentiles::from_samples(s)))
                 .collect(),
-            unmatched: queued.saturating_sub(q2c.len() as u64),
+            unmatched: self.queued.saturating_sub(self.q2c.len() as u64),
         }
     }
 }

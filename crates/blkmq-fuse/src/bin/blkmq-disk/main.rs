@@ -26,6 +26,8 @@
 mod args;
 #[cfg(target_os = "linux")]
 mod file;
+#[cfg(target_os = "linux")]
+mod trace;
 
 #[cfg(not(target_os = "linux"))]
 fn main() {
@@ -80,6 +82,7 @@ mod linux {
 
     pub(crate) fn run(args: &Args) -> Result<(), String> {
         blkmq_fuse::check_fuse().map_err(|e| e.to_string())?;
+        crate::trace::start(args.trace.as_deref())?;
         if !args.mount.is_dir() {
             return Err(format!(
                 "mount point {} is not a directory",
@@ -120,7 +123,7 @@ mod linux {
     }
 
     fn config(args: &Args, limits: QueueLimits) -> QueueConfig {
-        let config = QueueConfig::new(limits);
+        let config = crate::trace::config(QueueConfig::new(limits));
         let elevator: Option<Box<dyn Elevator>> = match args.elevator {
             args::Elevator::None => None,
             args::Elevator::Deadline => Some(Box::new(Deadline::new())),
@@ -290,6 +293,7 @@ mod linux {
         let flushed = queue.submit_and_wait(Bio::new(Op::Flush, 0, 0));
         queue.freeze();
         eprintln!("{}", summary(&stats.snapshot(), began.elapsed(), why));
+        crate::trace::finish();
         unmounted.map_err(|e| format!("unmount failed: {e}"))?;
         if flushed != Status::Ok {
             return Err(format!("the final flush failed: {flushed:?}"));
