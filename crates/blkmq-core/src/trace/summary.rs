@@ -248,7 +248,7 @@ impl SummaryBuilder {
                 if !again {
                     self.queued += 1;
                     let range = Range {
-                        end: end,
+                        end,
                         queued_ns: t,
                         issuer: e.issuer,
                     };
