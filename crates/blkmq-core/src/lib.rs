@@ -16,6 +16,9 @@
 //!   tags fairly between active queues, and adds scheduler tags for queues with an elevator.
 //! * [`Elevator`]: the I/O scheduler interface (the request orders and the merge sequence
 //!   schedulers share are the `blkmq-sched-index` crate).
+//! * [`Tracer`]: trace events at blktrace's points (Q, X, M, F, G, P, U, I, D, C, R);
+//!   [`RingTracer`] keeps them in per-CPU rings, a [`TraceEvent`] prints as a `blkparse`
+//!   line, and [`TraceSummary`] is `btt`'s latency table.
 //!
 //! ```
 //! use blkmq_core::{Alloc, Bio, Op, StdPlatform, Status, TagSet, TagSetFlags};

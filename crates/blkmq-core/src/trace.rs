@@ -53,7 +53,7 @@ pub use summary::{Percentiles, SummaryBuilder, TraceSummary};
 /// No hardware queue: a bio not placed yet ([`Action::Queue`], [`Action::Split`]) or a plug.
 pub const NO_HCTX: u32 = u32::MAX;
 
-/// What happened, at one of blktrace's points (see the [module](self) table).
+/// What happened, at one of blktrace's points (see the [`Tracer`] table).
 ///
 /// ```
 /// use blkmq_core::Action;
@@ -376,7 +376,28 @@ fn status_word(status: Status) -> &'static str {
     }
 }
 
-/// What a request queue calls at each trace point (see the [module](self) docs).
+/// What a request queue calls at each trace point, with a [`TraceEvent`]: the points are
+/// those Linux's `blktrace` records (`kernel/trace/blktrace.c`).
+///
+/// | action | letter | when |
+/// |---|---|---|
+/// | [`Action::Queue`] | Q | a bio is submitted ([`submit`](crate::RequestQueue::submit); one that comes back and is submitted again, again) |
+/// | [`Action::Split`] | X | a bio is cut to the limits (`sector / sector + sectors`) |
+/// | [`Action::BackMerge`] | M | a bio joins a request at its back |
+/// | [`Action::FrontMerge`] | F | a bio joins a request at its front |
+/// | [`Action::GetRq`] | G | a request is allocated for a bio |
+/// | [`Action::Plug`] | P | a plug takes its first request |
+/// | [`Action::Unplug`] | U | a plug hands its requests to the queue (`sectors`: how many) |
+/// | [`Action::Insert`] | I | a request goes into the elevator or a software queue |
+/// | [`Action::Issue`] | D | a request is started for the driver |
+/// | [`Action::Complete`] | C | a request ends, with its status |
+/// | [`Action::Requeue`] | R | a request comes back from the driver to be issued again |
+///
+/// A queue made with a tracer ([`QueueConfig::tracer`](crate::QueueConfig::tracer)) calls
+/// it at each; one made without pays one branch on a field it holds anyway at each point,
+/// never taken. The tracer is set at creation for the queue's life, an `Arc` in the queue
+/// read with the queue itself: no atomic load, no ordering, nothing shared written. A
+/// tracer that should be switched on and off while the queue runs does that itself.
 ///
 /// Called on the I/O path, under the queue's locks at some points (an elevator's, a
 /// software queue's): it must not block, call back into the queue, or take long.
