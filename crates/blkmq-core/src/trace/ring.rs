@@ -183,7 +183,12 @@ impl RingTracer {
 impl Tracer for RingTracer {
     #[inline]
     fn event(&self, event: &TraceEvent) {
-        let ring = &self.rings[event.cpu as usize % self.rings.len()];
+        let cpu = event.cpu as usize;
+        // A CPU with a ring of its own, the usual case, costs no division.
+        let ring = match self.rings.get(cpu) {
+            Some(ring) => ring,
+            None => &self.rings[cpu % self.rings.len()],
+        };
         ring.push(event);
     }
 }
