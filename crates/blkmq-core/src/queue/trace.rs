@@ -10,10 +10,13 @@ use super::RequestQueue;
 
 impl<D: Driver> RequestQueue<D> {
     /// A bio event: Q, or X with the first piece.
+    ///
+    /// The bio is copied for the event only once a tracer is found: taking its address on
+    /// the way in would keep a submission's bio in memory where it stays in registers.
     #[inline(always)]
     pub(super) fn trace_bio(&self, action: Action, bio: &Bio) {
         if let Some(tracer) = &self.tracer {
-            self.emit_bio(&**tracer, action, bio);
+            self.emit_bio(&**tracer, action, *bio);
         }
     }
 
@@ -101,7 +104,7 @@ impl<D: Driver> RequestQueue<D> {
 
     #[cold]
     #[inline(never)]
-    fn emit_bio(&self, tracer: &dyn Tracer, action: Action, bio: &Bio) {
+    fn emit_bio(&self, tracer: &dyn Tracer, action: Action, bio: Bio) {
         let event = TraceEvent {
             sector: bio.sector,
             sectors: bio.sectors,
