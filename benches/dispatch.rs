@@ -17,11 +17,16 @@
 //! * `io_8seg`: as `io`, each bio's 4 KiB in a `'static` table of 8 segments of 512 bytes,
 //!   none contiguous with the next: what counting, splitting and merging on real segments
 //!   cost where the one-segment bio takes the shortcut;
-//! * `io_plug`: the same bios through one [`Plug`], reused and flushed every [`PLUG_BATCH`]
-//!   requests: they go to the software queue and are issued by a run of the hardware queue;
+//! * `io_plug`: the same bios through one [`Plug`] started with [`Plug::with_ios`] for
+//!   [`PLUG_BATCH`] requests, reused and flushed every [`PLUG_BATCH`] requests: its requests
+//!   come from its cache, taken in batch allocations, and the flush issues them to the idle
+//!   hardware queue;
 //! * `io_hold` and `io_hold_plug`: the driver keeps each request in a ring of its hardware
 //!   queue, and the submitting thread ends it right after (after each `submit`, after each
 //!   flush), as a driver ending requests from its completion path would.
+//!
+//! * `floor`: as `raw`, each thread with a bitmap of its own: nothing shared at all, the
+//!   floor a second thread can scale against.
 //!
 //! Groups `dispatch_1t` (one thread) and `dispatch_2t` (two at once after a common start,
 //! each doing the same number of I/Os; the time is the wall time for each thread to do one,
@@ -49,7 +54,13 @@
 //!
 //! After the benchmarks, a summary gives the ratios from criterion's medians. After an
 //! unfiltered run, the same ratios are measured again as paired comparisons (interleaved
-//! rounds, the median of the per-round ratios), which a noisy machine disturbs far less.
+//! rounds, the median of the per-round ratios), which a noisy machine disturbs far less,
+//! with two more: the line `scale: io 2t/1t = X.XX; floor 2t/1t = Y.YY` (the time per I/O
+//! of each thread with two threads over that with one, for `io` and for `floor`), and
+//! `end_requests / end_request` on the one-hardware-queue host (the time per request of a
+//! batched completion over single ones; the target at most [`BATCH_TARGET`]).
+//! Last, `accounting: on/off`: the `io` case with [`QueueConfig::accounting`] on against
+//! off, paired, at one thread and two (the target: at most [`ACCOUNTING_TARGET`]).
 //!
 //! What goes through [`black_box`]: each bio (its sector is a run-time value anyway) and the
 //! raw bit between get and put. Every timed step is `#[inline(never)]`, so criterion's loops
@@ -129,6 +140,12 @@ const IO_TARGET: f64 = 8.0;
 /// The most a completion may cost with [`WIDE_HCTXS`] hardware queues, as a ratio of time
 /// over one hardware queue.
 const COMPLETE_TARGET: f64 = 1.10;
+
+/// The most a request may cost ended in a batch, as a ratio of time over ending it alone.
+const BATCH_TARGET: f64 = 0.85;
+
+/// The most one I/O may cost with accounting on, as a ratio of time over accounting off.
+const ACCOUNTING_TARGET: f64 = 1.05;
 
 /// I/Os (or completions) per thread in one round of a paired comparison.
 const PAIRED_IOS: u64 = 50_000;
@@ -265,6 +282,35 @@ impl Workload for Raw {
         let hint = black_box(&*hint);
         let bit = self.0.get(hint).expect("a free tag");
         self.0.put(black_box(bit), hint).expect("an allocated tag");
+    }
+}
+
+/// A bitmap of [`Raw`]'s depth for each thread: get and put touch nothing another thread
+/// touches.
+struct Floor(Box<[Box<SbitmapQueue>]>);
+
+impl Floor {
+    fn new() -> Self {
+        Self(
+            (0..THREADS)
+                .map(|_| Box::new(SbitmapQueue::new(IO_DEPTH).expect("a valid depth")))
+                .collect(),
+        )
+    }
+}
+
+impl Workload for Floor {
+    type Local<'a> = (&'a SbitmapQueue, AllocHint);
+
+    fn local(&self, thread: usize) -> (&SbitmapQueue, AllocHint) {
+        (&self.0[thread], AllocHint::spread(thread, IO_CPUS))
+    }
+
+    #[inline(never)]
+    fn step(&self, local: &mut (&SbitmapQueue, AllocHint)) {
+        let (map, hint) = (local.0, black_box(&local.1));
+        let bit = map.get(hint).expect("a free tag");
+        map.put(black_box(bit), hint).expect("an allocated tag");
     }
 }
 
@@ -427,7 +473,7 @@ impl<D: NullDriver> Workload for Plugged<'_, D> {
     fn local(&self, thread: usize) -> PlugLocal<'_, D> {
         PlugLocal {
             sub: Submitter::new(self.0, thread),
-            plug: Plug::new(),
+            plug: Plug::with_ios(PLUG_BATCH),
             queued: 0,
         }
     }
@@ -504,6 +550,7 @@ fn timed<W: Workload>(imp: &W, threads: usize, iters: u64) -> Duration {
 /// The per-I/O contenders.
 struct IoContenders {
     raw: Raw,
+    floor: Floor,
     inline: Dev<Inline>,
     hold: Dev<Hold>,
 }
@@ -514,6 +561,7 @@ impl IoContenders {
         hold.check_no_merges();
         Self {
             raw: Raw::new(),
+            floor: Floor::new(),
             inline: Dev::new(),
             hold,
         }
@@ -676,6 +724,7 @@ fn dispatch(c: &mut Criterion, threads: usize) {
     // One iteration is one I/O on each thread.
     g.throughput(Throughput::Elements(threads as u64));
     one(&mut g, "raw", &all.raw, threads);
+    one(&mut g, "floor", &all.floor, threads);
     one(&mut g, "io", &Direct(&all.inline), threads);
     one(&mut g, "io_8seg", &Direct8(&all.inline), threads);
     one(&mut g, "io_plug", &Plugged(&all.inline), threads);
@@ -717,6 +766,7 @@ fn main() {
     if paired {
         paired_summary();
         paired_tracer();
+        accounting_summary();
     }
 }
 
@@ -839,6 +889,11 @@ fn paired_summary() {
                 against(io_raw, target),
             );
         }
+        let floor = &all.floor;
+        let io_scale = paired_ratio(|| timed(io, 2, n), || timed(io, 1, n));
+        let floor_scale = paired_ratio(|| timed(floor, 2, n), || timed(floor, 1, n));
+        println!();
+        println!("scale: io 2t/1t = {io_scale:.2}; floor 2t/1t = {floor_scale:.2}");
         all.settled();
     }
     println!();
@@ -854,6 +909,12 @@ fn paired_summary() {
         );
         println!("| {name} | {} |", against(ratio, COMPLETE_TARGET));
     }
+    let batched = paired_ratio(|| all.one.complete(n, true), || all.one.complete(n, false));
+    println!();
+    println!(
+        "end_requests / end_request (1 hctx, per request; <= {BATCH_TARGET}) = {}",
+        against(batched, BATCH_TARGET)
+    );
     all.settled();
 }
 
@@ -892,5 +953,46 @@ fn paired_tracer() {
     println!(
         "tracer: set/none = {:.2} (1t), {:.2} (2t)",
         ratios[0], ratios[1]
+    );
+}
+
+/// I/O accounting on against off ([`QueueConfig::accounting`]), paired per I/O as `io`
+/// (each request ended inside `queue_rq`), at one thread and two. The target: at most
+/// [`ACCOUNTING_TARGET`] at both.
+fn accounting_summary() {
+    let dev = |accounting: bool| {
+        let host = Host::new(
+            TagSet::builder(IO_DEPTH).hw_queues(IO_CPUS),
+            StdPlatform::with_cpus(IO_CPUS),
+            Inline::make(IO_CPUS, IO_DEPTH),
+        )
+        .expect("a valid host");
+        let config = QueueConfig::new(QueueLimits::new(CAPACITY)).accounting(accounting);
+        let queue = host.add_queue(config).expect("a valid queue");
+        let dev = Dev { host, queue };
+        dev.settled();
+        dev
+    };
+    let (on, off) = (dev(true), dev(false));
+    let n = PAIRED_IOS;
+    let ratios: Vec<String> = (1..=THREADS)
+        .map(|threads| {
+            let ratio = paired_ratio(
+                || timed(&Direct(&on), threads, n),
+                || timed(&Direct(&off), threads, n),
+            );
+            let miss = if ratio > ACCOUNTING_TARGET { "*" } else { "" };
+            format!("{ratio:.2}{miss} ({threads}t)")
+        })
+        .collect();
+    on.settled();
+    off.settled();
+    let stats = on.queue.stats().expect("accounting on");
+    assert_eq!(stats.in_flight_total(), 0, "requests left in flight");
+    assert_eq!(stats.ios(), stats.op(blkmq_core::OpGroup::Read).ios);
+    println!();
+    println!(
+        "accounting: on/off = {} (paired per I/O, median of {PAIRED_ROUNDS} rounds of {n}; <= {ACCOUNTING_TARGET})",
+        ratios.join(", ")
     );
 }

@@ -69,6 +69,7 @@ mod queue_tags;
 mod request;
 mod segment;
 mod split;
+mod stats;
 mod sync;
 mod tags;
 mod tagset;
@@ -86,9 +87,9 @@ pub use merge::MergeKind;
 pub use platform::StdPlatform;
 pub use platform::{NoPlatform, Platform, Service};
 pub use queue::{
-    Due, FLUSH_PENDING_TIMEOUT_NS, Host, IDLE_INTERVAL_NS, PLUG_FLUSH_BYTES, PLUG_MAX,
-    PLUG_MAX_MULTI, Plug, QueueConfig, RESOURCE_DELAY_NS, RequestQueue, RestartSet, Serviced,
-    SubmitFuture, TIMEOUT_CHECK_NS, TagsGuard,
+    Due, FLUSH_PENDING_TIMEOUT_NS, HctxDump, Host, HostDump, IDLE_INTERVAL_NS, PLUG_FLUSH_BYTES,
+    PLUG_MAX, PLUG_MAX_MULTI, Plug, QueueConfig, QueueDump, RESOURCE_DELAY_NS, RequestDump,
+    RequestQueue, RestartSet, Serviced, SubmitFuture, TIMEOUT_CHECK_NS, TagsGuard,
 };
 pub use queue_map::{QueueMap, QueueMaps, QueueType};
 pub use queue_tags::{Alloc, AllocFuture, QueueTags};
@@ -96,6 +97,7 @@ pub use request::{
     NO_TAG, Request, Rq, RqIo, RqSegments, RqState, unique_tag, unique_tag_hwq, unique_tag_tag,
 };
 pub use segment::{BioData, BioSegments, DataPos, Segment, SgTooSmall};
+pub use stats::{IO_TICK_NS, IoStats, LATENCY_BUCKETS, Latency, OpGroup, OpStats, Rates};
 pub use tags::RequestInit;
 pub use tagset::{
     BusyRq, DEFAULT_MAX_QUEUES, DEFAULT_TIMEOUT_NS, MAX_DEPTH, MAX_HW_QUEUES, MAX_SCHED_DEPTH,

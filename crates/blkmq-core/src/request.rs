@@ -624,6 +624,9 @@ pub struct RqIo {
     op: Op,
     /// Where the request is in a flush sequence (`request/flush.rs`); zero outside one.
     flush: u8,
+    /// Accounted (`stats.rs`): its `OpGroup` plus one when a request queue counted it in
+    /// flight at allocation, else zero. Bookkeeping, as `alloc_ns`: set at allocation.
+    pub(crate) acct: u8,
     prio: IoPrio,
     flags: BioFlags,
     issuer: IssuerId,
@@ -636,6 +639,8 @@ pub struct RqIo {
     sectors: u64,
     /// When the request was started (platform nanoseconds).
     pub(crate) start_ns: u64,
+    /// When an accounting request queue made it (platform nanoseconds; see `acct`).
+    pub(crate) alloc_ns: u64,
     /// The chain's data segments as the request queue counts them against its limits (see
     /// [`span`](Self::span)), kept in the room the fields around them leave: how many, with
     /// [`BACK_MAPPED`] set when the last lies in a named buffer.
@@ -665,6 +670,8 @@ impl RqIo {
         chain_head: NO_TAG,
         chain_tail: NO_TAG,
         start_ns: 0,
+        alloc_ns: 0,
+        acct: 0,
         seg_nr: 0,
         seg_front_len: 0,
         seg_back_addr: 0,
@@ -682,6 +689,7 @@ impl RqIo {
         debug_assert!(self.first.is_none() && self.chain_head == NO_TAG && self.nr_bios == 0);
         self.alloc_cpu = cpu;
         self.counted = counted;
+        self.acct = 0;
     }
 
     /// Forgets the I/O: no bio, nothing described.
@@ -1018,6 +1026,8 @@ impl RqIo {
             core::mem::swap(&mut self.alloc_cpu, &mut other.alloc_cpu);
             core::mem::swap(&mut self.counted, &mut other.counted);
             core::mem::swap(&mut self.start_ns, &mut other.start_ns);
+            core::mem::swap(&mut self.alloc_ns, &mut other.alloc_ns);
+            core::mem::swap(&mut self.acct, &mut other.acct);
             core::mem::swap(&mut self.sched_data, &mut other.sched_data);
             return true;
         }

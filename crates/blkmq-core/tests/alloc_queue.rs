@@ -2,7 +2,8 @@
 //! `queue_rq`, `end_request` — touch no heap, with and without an elevator, completed one at a
 //! time inside `queue_rq` or in batches, through a plug made once and reused or a fresh plug
 //! per batch, with merges and with splits, and with bios of many segments that the driver
-//! walks and maps to a scatter-gather table. Measured with a counting allocator on the
+//! walks and maps to a scatter-gather table, and with I/O accounting on (counting and reading
+//! the counters). Measured with a counting allocator on the
 //! submitting thread (everything here runs on it).
 //!
 //! Set `ALLOC_BACKTRACE=1` to have a failing run print where its first allocation came
@@ -167,6 +168,23 @@ fn build_with(
 ) {
     let host = Host::new(TagSet::builder(16), platform(), driver).unwrap();
     let mut config = QueueConfig::new(limits);
+    if elevator {
+        config = config.elevator(Box::new(fifo::Fifo::new()));
+    }
+    let queue = host.add_queue(config).unwrap();
+    (host, queue)
+}
+
+/// As [`build`], with I/O accounting on.
+fn build_accounted(
+    inline: bool,
+    elevator: bool,
+) -> (
+    std::sync::Arc<Host<Null>>,
+    std::sync::Arc<RequestQueue<Null>>,
+) {
+    let host = Host::new(TagSet::builder(16), platform(), Null::new(inline)).unwrap();
+    let mut config = QueueConfig::new(LIMITS).accounting(true);
     if elevator {
         config = config.elevator(Box::new(fifo::Fifo::new()));
     }
@@ -339,6 +357,45 @@ fn a_fresh_plug_per_batch_allocates_nothing() {
 }
 
 #[test]
+fn a_plug_with_a_cache_allocates_nothing() {
+    // Requests taken ahead in batches, into the plug's own room; the unused ones given back
+    // at each flush. Inline completion, and the driver holding a batch.
+    for inline in [true, false] {
+        let (host, queue) = build(inline, LIMITS, false);
+        let mut spare = Vec::with_capacity(64);
+        let mut plug = Plug::with_ios(8);
+        let mut run = |from: u64, n: u64| {
+            for i in from..from + n {
+                queue
+                    .submit_plugged(&mut plug, bio(Op::Read, scattered(i)))
+                    .unwrap();
+                // Flushed one short of the count: a cached request goes back each time.
+                if i % 7 == 6 {
+                    plug.flush();
+                    if !inline {
+                        end_held(&host, &queue, &mut spare);
+                    }
+                }
+            }
+            plug.flush();
+            if !inline {
+                end_held(&host, &queue, &mut spare);
+            }
+        };
+        run(0, 98);
+        let before = ended();
+        let requests = host.driver().requests();
+        assert_no_alloc("a plug with a cache", || run(98, IOS));
+        assert_eq!(ended() - before, IOS);
+        assert_eq!(host.driver().requests() - requests, IOS, "nothing merges");
+        assert_eq!(
+            (host.set().busy(), host.in_driver(), queue.usage()),
+            (0, 0, 0)
+        );
+    }
+}
+
+#[test]
 fn starting_a_plug_allocates_nothing() {
     let (_host, queue) = build(true, LIMITS, false);
     assert_no_alloc("Plug::new", || {
@@ -354,6 +411,62 @@ fn starting_a_plug_allocates_nothing() {
         .unwrap();
     drop(plug);
     assert_eq!(queue.usage(), 0);
+}
+
+#[test]
+fn accounting_allocates_nothing() {
+    // Direct issue, the elevator, and batched completions, with every I/O counted.
+    for elevator in [false, true] {
+        let (host, queue) = build_accounted(true, elevator);
+        let run = |from: u64, n: u64| {
+            for i in from..from + n {
+                let op = if i % 2 == 0 { Op::Read } else { Op::Write };
+                queue.submit(bio(op, scattered(i))).unwrap();
+            }
+        };
+        run(0, 100);
+        assert_no_alloc("accounting, direct issue", || {
+            run(100, IOS);
+            let stats = queue.stats().unwrap();
+            let hctx = queue.hctx_stats(0).unwrap();
+            assert_eq!(
+                (stats.ios(), hctx.ios(), stats.in_flight_total()),
+                (100 + IOS, 100 + IOS, 0)
+            );
+        });
+        assert_eq!(host.driver().requests(), 100 + IOS);
+    }
+    let (host, queue) = build_accounted(false, false);
+    let mut spare = Vec::with_capacity(64);
+    held_rounds(&host, &queue, &mut spare, 10, 8);
+    assert_no_alloc("accounting, batched completions", || {
+        held_rounds(&host, &queue, &mut spare, IOS / 8, 8);
+    });
+    assert_eq!(queue.stats().unwrap().ios(), 80 + IOS);
+    // Merges in a plug, counted.
+    let (host, queue) = build_accounted(true, false);
+    let mut plug = Plug::new();
+    let mut run = |from: u64, n: u64| {
+        for i in from..from + n {
+            queue
+                .submit_plugged(
+                    &mut plug,
+                    bio(Op::Write, (i / 8 % 256) * 4096 + (i % 8) * 8),
+                )
+                .unwrap();
+            if i % 8 == 7 {
+                plug.flush();
+            }
+        }
+    };
+    run(0, 800);
+    assert_no_alloc("accounting, merges", || run(800, IOS));
+    let stats = queue.stats().unwrap();
+    assert_eq!(
+        (stats.ios(), stats.merges()),
+        ((800 + IOS) / 8, (800 + IOS) / 8 * 7)
+    );
+    assert_eq!(host.set().bio_slots_in_use(), 0);
 }
 
 #[test]

@@ -10,8 +10,10 @@
 //! ([`Host::run_kicked`], as a platform's deferred work would), the new request (with two
 //! submitters, one of them) must be on the device before anything else completes: a request
 //! left on a dispatch list then waits for a completion that may never come. The models with a second request in flight through
-//! the race check the completion epoch on its own (with nothing in flight, a give-up that
-//! misses a completion still kicks the platform). The rest is drained only by completing what
+//! the race check the restart's second look on its own: the hardware queue's completions
+//! seen before and after the attempt, the mark before a hardware queue's next attempt, the
+//! round a first give-up on several hardware queues goes once more (with nothing in flight,
+//! a give-up that misses a completion still kicks the platform). The rest is drained only by completing what
 //! the device holds and serving kicks: nobody runs a hardware queue by hand.
 //!
 //! The models through an elevator (a FIFO) check the same, and that a run which takes the
@@ -401,8 +403,9 @@ fn resource_give_up_vs_completion() {
 
 /// As [`resource_give_up_vs_completion`], with a second request on the device (room for
 /// two) that stays in flight through the race: the kick is not there to fall back on, and
-/// the completion epoch alone must catch a completion that drained before the give-up was
-/// marked. The new request must not wait for the other request to complete.
+/// the give-up's second look alone (its hardware queue's completions, seen before the
+/// attempt and again after the mark) must catch a completion that drained before the
+/// give-up was marked. The new request must not wait for the other request to complete.
 #[test]
 fn resource_give_up_vs_completion_with_another_in_flight() {
     model(None, || {
@@ -426,6 +429,45 @@ fn shared_tags_give_up_restarted_across_hardware_queues() {
             give_up_vs_completion(world, 1, others);
         });
     }
+}
+
+/// Shared tags over two hardware queues and a device with room for two, holding two
+/// requests of hardware queue 0. A submitter on hardware queue 1 is refused while the first
+/// of them completes; the second stays in flight through the race. The give-up must count
+/// that request (every hardware queue's count of requests in the driver, not its own only)
+/// and so never fall back on the platform: no kick, and the new request on the device right
+/// after the race.
+#[test]
+fn give_up_counts_requests_in_flight_on_other_hardware_queues() {
+    model(None, || {
+        let tags = TagSet::builder(4)
+            .hw_queues(2)
+            .flags(TagSetFlags::SHARED_HOST_TAGS);
+        let world = Arc::new(World::new(tags, 2, Device::new(2, None)));
+        let mut held = world.prefill(2).into_iter();
+        let (completing, stays) = (held.next().unwrap(), held.next().unwrap());
+        let submitter = {
+            let world = world.clone();
+            spawn(move || {
+                pin(1);
+                world.submit(64);
+            })
+        };
+        world.queue.end_request(completing, Status::Ok).unwrap();
+        submitter.join().unwrap();
+        assert_eq!(
+            world.host.set().platform().kicks.load(Ordering::SeqCst),
+            0,
+            "a kick with a request in flight"
+        );
+        world.check_taken(3);
+        assert_eq!(
+            world.held_hctxs(),
+            [1],
+            "the new request, on its hardware queue"
+        );
+        world.drain([stays], 3);
+    });
 }
 
 /// A device with room to spare but a budget of one unit per request it holds. The submitter

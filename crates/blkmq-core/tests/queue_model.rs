@@ -55,9 +55,9 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use blkmq_core::{
-    Bio, BioFlags, Driver, Elevator, ElvCx, HctxCx, Host, Op, Platform, Plug, QueueConfig,
-    QueueLimits, Rejected, Request, RequestInit, RequestQueue, Rq, RqBatch, RqIo, RqState, Status,
-    TagSet, TagSetFlags, TimeoutAction,
+    Bio, BioFlags, Driver, Elevator, ElvCx, HctxCx, Host, IoStats, Op, OpGroup, Platform, Plug,
+    QueueConfig, QueueLimits, Rejected, Request, RequestInit, RequestQueue, Rq, RqBatch, RqIo,
+    RqState, Status, TagSet, TagSetFlags, TimeoutAction,
 };
 use proptest::prelude::*;
 
@@ -180,6 +180,16 @@ enum Event {
     },
     /// Bio `id`'s `end_io` ran.
     End { id: usize, status: Status },
+    /// A request of queue `queue` (the model's index) and hardware queue `hctx` ends (the
+    /// driver rejected it with an error, or the test ended it): its operation, sectors and
+    /// bios, for the accounting check.
+    Request {
+        queue: usize,
+        hctx: usize,
+        op: Op,
+        sectors: u64,
+        bios: u64,
+    },
 }
 
 thread_local! {
@@ -443,6 +453,15 @@ impl<const BATCH: bool> Mock<BATCH> {
                 if !resource {
                     // The queue ends it with this status.
                     st.error_rejects += 1;
+                    if let Some(io) = queue.io(&rq) {
+                        push_event(Event::Request {
+                            queue: qi,
+                            hctx,
+                            op: io.op(),
+                            sectors: io.sectors(),
+                            bios: bios.len() as u64,
+                        });
+                    }
                     for bio in &bios {
                         push_event(Event::Piece {
                             id: bio.payload as usize,
@@ -762,6 +781,8 @@ struct QueueSpec {
     /// A volatile write cache the device honours FUA for: flushes reach the driver (else
     /// they end at once, and PREFLUSH and FUA are dropped).
     write_cache: bool,
+    /// I/O accounting on ([`QueueConfig::accounting`]).
+    accounting: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -877,6 +898,7 @@ fn queue_spec() -> impl Strategy<Value = QueueSpec> {
         proptest::bool::weighted(0.3),
         prop_oneof![3 => Just(0u32), 1 => Just(32), 1 => Just(64)],
         prop_oneof![Just(0u32), Just(16)],
+        any::<bool>(),
     )
         .prop_map(
             |(
@@ -888,6 +910,7 @@ fn queue_spec() -> impl Strategy<Value = QueueSpec> {
                 seg_4k,
                 chunk_sectors,
                 max_discard_sectors,
+                accounting,
             )| QueueSpec {
                 elevator,
                 nr_requests,
@@ -898,6 +921,7 @@ fn queue_spec() -> impl Strategy<Value = QueueSpec> {
                 chunk_sectors,
                 max_discard_sectors,
                 write_cache: false,
+                accounting,
             },
         )
 }
@@ -1081,6 +1105,21 @@ struct Harness<const B: bool> {
     next_sector: Vec<u64>,
     /// What the elevators found wrong.
     complaints: Complaints,
+    /// Per queue, what its accounting must say; `None` where it is off, or where flushes
+    /// are sequenced (a step's end is no request's end).
+    acct: Vec<Option<Acct>>,
+}
+
+/// What a queue's accounting must say, from the requests the model saw end.
+#[derive(Clone, Debug, Default)]
+struct Acct {
+    /// Per operation group: requests ended, their sectors, the bios they held.
+    ios: [u64; 4],
+    sectors: [u64; 4],
+    bios: [u64; 4],
+    /// Per hardware queue: requests ended and sectors, per group.
+    hctx_ios: Vec<[u64; 4]>,
+    hctx_sectors: Vec<[u64; 4]>,
 }
 
 fn limits_of(spec: &QueueSpec) -> QueueLimits {
@@ -1117,7 +1156,7 @@ impl<const B: bool> Harness<B> {
         let mut queues = Vec::new();
         let complaints = Complaints::default();
         for spec in &cfg.queues {
-            let mut config = QueueConfig::new(limits_of(spec));
+            let mut config = QueueConfig::new(limits_of(spec)).accounting(spec.accounting);
             if spec.elevator {
                 let elevator = Checked::new(complaints.clone(), strict.flush_requeue);
                 config = config.elevator(Box::new(elevator));
@@ -1149,6 +1188,17 @@ impl<const B: bool> Harness<B> {
             timeouts: vec![0; nq],
             next_sector: vec![0; nq],
             complaints,
+            acct: cfg
+                .queues
+                .iter()
+                .map(|q| {
+                    (q.accounting && !q.write_cache).then(|| Acct {
+                        hctx_ios: vec![[0; 4]; cfg.hw_queues],
+                        hctx_sectors: vec![[0; 4]; cfg.hw_queues],
+                        ..Acct::default()
+                    })
+                })
+                .collect(),
         }
     }
 
@@ -1460,6 +1510,14 @@ impl<const B: bool> Harness<B> {
                         status
                     };
                     record_pieces(&queue, &held.rq, status);
+                    let io = queue.io(&held.rq).expect("a held request");
+                    push_event(Event::Request {
+                        queue: qi,
+                        hctx: held.hctx,
+                        op: io.op(),
+                        sectors: io.sectors(),
+                        bios: u64::from(io.nr_bios()),
+                    });
                     (held.rq, status)
                 })
                 .collect();
@@ -1541,6 +1599,22 @@ impl<const B: bool> Harness<B> {
                         rec.first_error = Some(status);
                     }
                     rec.pieces.push((sector, sectors));
+                }
+                Event::Request {
+                    queue,
+                    hctx,
+                    op,
+                    sectors,
+                    bios,
+                } => {
+                    if let Some(acct) = &mut self.acct[queue] {
+                        let g = OpGroup::of(op) as usize;
+                        acct.ios[g] += 1;
+                        acct.sectors[g] += sectors;
+                        acct.bios[g] += bios;
+                        acct.hctx_ios[hctx][g] += 1;
+                        acct.hctx_sectors[hctx][g] += sectors;
+                    }
                 }
                 Event::End { id, status } => {
                     prop_assert!(id < self.recs.len(), "unknown bio {} ended", id);
@@ -1625,6 +1699,7 @@ impl<const B: bool> Harness<B> {
                 after
             );
         }
+        self.check_accounting(after, false)?;
         // Nothing stranded: with nothing in the driver to complete, no hardware queue that
         // may dispatch holds a request unless a kick is to run it (with an elevator, any
         // hardware queue's run dispatches the queue's requests).
@@ -1758,6 +1833,122 @@ impl<const B: bool> Harness<B> {
             .filter(|&id| !self.recs[id].ended)
             .collect();
         prop_assert!(missing.is_empty(), "bios never ended: {:?}", missing);
+        self.check_accounting("the drain", true)
+    }
+
+    /// The accounting of each queue that keeps it against the model: every request's end
+    /// counted once, with its sectors, on its hardware queue; the hardware queues' counters
+    /// add up to the queue's; a latency sample per completion; as many requests in flight
+    /// as the driver holds at least. Once `drained`: nothing in flight, and every bio that
+    /// ended in a request was either the one it was made for or merged (`bios == ios +
+    /// merges`, per group), so each merge was counted once, where it happened.
+    fn check_accounting(&self, after: &str, drained: bool) -> Result<(), TestCaseError> {
+        for (qi, queue) in self.queues.iter().enumerate() {
+            let Some(want) = &self.acct[qi] else {
+                continue;
+            };
+            let stats = queue.stats().expect("accounting on");
+            let latency = queue.latency().expect("accounting on");
+            for g in OpGroup::ALL {
+                let i = g as usize;
+                let got = stats.op(g);
+                prop_assert_eq!(
+                    got.ios,
+                    want.ios[i],
+                    "after {}: queue {} {:?} ios",
+                    after,
+                    qi,
+                    g
+                );
+                prop_assert_eq!(
+                    got.sectors,
+                    want.sectors[i],
+                    "after {}: queue {} {:?} sectors",
+                    after,
+                    qi,
+                    g
+                );
+                prop_assert_eq!(
+                    latency.count(g),
+                    got.ios,
+                    "after {}: {:?} latency",
+                    after,
+                    g
+                );
+                if drained {
+                    prop_assert_eq!(
+                        want.bios[i],
+                        got.ios + got.merges,
+                        "after {}: queue {} {:?}: bios against ios + merges",
+                        after,
+                        qi,
+                        g
+                    );
+                }
+            }
+            let held = self.driver().held_by(qi) as u64;
+            prop_assert!(
+                stats.in_flight_total() >= held,
+                "after {}: queue {} in flight {:?}, the driver holds {}",
+                after,
+                qi,
+                stats.in_flight,
+                held
+            );
+            let mut sum = IoStats::default();
+            for h in 0..queue.nr_hw_queues() {
+                let hs = queue.hctx_stats(h).expect("accounting on");
+                for g in OpGroup::ALL {
+                    let i = g as usize;
+                    prop_assert_eq!(
+                        hs.op(g).ios,
+                        want.hctx_ios[h][i],
+                        "after {}: hctx {} ios",
+                        after,
+                        h
+                    );
+                    prop_assert_eq!(
+                        hs.op(g).sectors,
+                        want.hctx_sectors[h][i],
+                        "after {}: hctx {} sectors",
+                        after,
+                        h
+                    );
+                    sum.ops[i].ios += hs.ops[i].ios;
+                    sum.ops[i].merges += hs.ops[i].merges;
+                    sum.ops[i].sectors += hs.ops[i].sectors;
+                    sum.ops[i].nsecs += hs.ops[i].nsecs;
+                }
+                sum.in_flight[0] += hs.in_flight[0];
+                sum.in_flight[1] += hs.in_flight[1];
+                if drained {
+                    prop_assert_eq!(
+                        hs.in_flight,
+                        [0, 0],
+                        "after {}: hctx {} in flight",
+                        after,
+                        h
+                    );
+                }
+            }
+            prop_assert_eq!(
+                sum.ops,
+                stats.ops,
+                "after {}: hctxs against queue {}",
+                after,
+                qi
+            );
+            prop_assert_eq!(sum.in_flight, stats.in_flight, "after {}: in flight", after);
+            if drained {
+                prop_assert_eq!(
+                    stats.in_flight,
+                    [0, 0],
+                    "after {}: queue {} in flight",
+                    after,
+                    qi
+                );
+            }
+        }
         Ok(())
     }
 }
@@ -1815,6 +2006,7 @@ fn plain_queue(elevator: bool) -> QueueSpec {
         chunk_sectors: 0,
         max_discard_sectors: 0,
         write_cache: false,
+        accounting: true,
     }
 }
 

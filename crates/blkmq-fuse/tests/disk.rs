@@ -98,6 +98,21 @@ fn serve_and_stop(name: &str, extra: &[&str]) {
     assert!(status.success(), "{status}: {log}");
     assert!(log.contains("stopped (signal)"), "{log}");
     assert!(log.contains(" 0 errors"), "{log}");
+    // The device's accounting: at least the 256 KiB written and read back (512 sectors
+    // each), and nothing left in flight.
+    let diskstats: Vec<u64> = log
+        .lines()
+        .find_map(|line| line.split_once("diskstats: "))
+        .map(|(_, fields)| {
+            fields
+                .split_whitespace()
+                .map(|f| f.parse().unwrap())
+                .collect()
+        })
+        .unwrap_or_else(|| panic!("no diskstats line: {log}"));
+    assert_eq!(diskstats.len(), 17, "{log}");
+    assert!(diskstats[2] >= 512 && diskstats[6] >= 512, "{log}");
+    assert_eq!(diskstats[8], 0, "in flight: {log}");
     assert!(!is_mounted(&mount), "unmounted");
 
     let on_file = std::fs::read(&backing).unwrap();

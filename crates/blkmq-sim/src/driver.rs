@@ -459,15 +459,17 @@ impl<M: DeviceModel> ModelDriver<M> {
         TagSet::builder(depth).bio_slots(depth * segments)
     }
 
-    /// A queue configuration with the device's limits (add an elevator to it as needed).
+    /// A queue configuration with the device's limits and I/O accounting on (add an elevator
+    /// to it as needed).
     ///
     /// ```
     /// use blkmq_sim::{CardParams, MmcCard, ModelDriver, SimPlatform};
     /// let driver = ModelDriver::new(SimPlatform::new(1), MmcCard::new(CardParams::default()).unwrap());
     /// assert_eq!(driver.queue_config().limits.max_sectors, 1024);
+    /// assert!(driver.queue_config().accounting); // I/O accounting on
     /// ```
     pub fn queue_config(&self) -> QueueConfig {
-        QueueConfig::new(self.limits())
+        QueueConfig::new(self.limits()).accounting(true)
     }
 
     /// Asks for an interrupt at the model's next completion if none is asked for earlier.

@@ -270,6 +270,9 @@ impl IssuerReport {
 /// let report = sim.run().unwrap();
 /// assert_eq!(report.stats.bios_submitted, 8); // 128 KiB bios
 /// assert!(report.to_string().contains("dd read"));
+/// let device = report.queues[0].unwrap(); // what the block layer counted
+/// assert_eq!(device.op(blkmq_core::OpGroup::Read).sectors, 2048);
+/// assert_eq!(device.in_flight_total(), 0);
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SimReport {
@@ -283,6 +286,10 @@ pub struct SimReport {
     pub workloads: Vec<WorkloadReport>,
     /// Per issuer, by issuer id.
     pub issuers: Vec<IssuerReport>,
+    /// Per request queue, in the order they were added, its I/O accounting
+    /// ([`RequestQueue::stats`](blkmq_core::RequestQueue::stats)): requests, merges, sectors
+    /// and times per operation as the block layer counted them; `None` where it is off.
+    pub queues: Vec<Option<blkmq_core::IoStats>>,
 }
 
 impl fmt::Display for SimReport {
@@ -301,6 +308,16 @@ impl fmt::Display for SimReport {
             "bios: {} submitted, {} ended, {} ended twice, {} errors, {} waited for a request",
             s.bios_submitted, s.end_io_calls, s.stale_end_io, s.errors, s.bios_waited
         )?;
+        for (i, stats) in self.queues.iter().enumerate() {
+            if let Some(stats) = stats {
+                writeln!(
+                    f,
+                    "queue {i}: {} requests, {} merges; diskstats {stats}",
+                    stats.ios(),
+                    stats.merges()
+                )?;
+            }
+        }
         writeln!(
             f,
             "{:<24} {:>3} {:>12} {:>12} {:>12} {:>12} {:>9} {:>10}",

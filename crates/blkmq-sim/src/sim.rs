@@ -739,6 +739,7 @@ impl<D: SimDriver> Sim<D> {
             stats: self.stats,
             workloads,
             issuers,
+            queues: self.queues.iter().map(|q| q.stats()).collect(),
         }
     }
 

@@ -341,6 +341,12 @@ impl<R: lock_api::RawMutex> SbitmapQueue<R> {
         self.wake_up_counted(nr);
     }
 
+    /// Counts `nr` frees and wakes a batch of waiters for every [`wake_batch`] frees
+    /// counted and not yet answered: `nr` frees at once (a [`put_batch`]) wake as many
+    /// batches as `nr` single puts would.
+    ///
+    /// [`wake_batch`]: Self::wake_batch
+    /// [`put_batch`]: Self::put_batch
     #[cold]
     fn wake_up_counted(&self, nr: usize) {
         let batch = self.wake_batch.load(Ordering::Relaxed);
@@ -357,11 +363,17 @@ impl<R: lock_api::RawMutex> SbitmapQueue<R> {
                 Ordering::SeqCst,
                 Ordering::SeqCst,
             ) {
-                Ok(_) => break,
+                // This batch is ours to wake; then look again, for the frees still left.
+                Ok(_) => {
+                    self.wake_waiters(batch);
+                    wakeups = wakeups.wrapping_add(batch);
+                    if self.ws_active.load(Ordering::SeqCst) == 0 {
+                        return;
+                    }
+                }
                 Err(now) => wakeups = now,
             }
         }
-        self.wake_waiters(batch);
     }
 
     /// Wakes up to `nr` waiters, starting with the wait queue after the one woken last.

@@ -450,6 +450,39 @@ fn a_batch_of_frees_wakes_a_batch_of_waiters() {
     assert_eq!(q.waiters(), 0);
 }
 
+/// Waiters woken by freeing the bits of `word` (of a map of depth 64, wake batch 8, 16 bits
+/// a word) with every bit held and 20 waiters: by one `put_batch`, or by single puts.
+fn woken_by_freeing_a_word(batched: bool) -> usize {
+    let q: SbitmapQueue = SbitmapQueue::new(64).unwrap();
+    let hint = AllocHint::at(0);
+    let held: Vec<usize> = std::iter::from_fn(|| q.get(&hint)).collect();
+    assert_eq!((held.len(), q.bits_per_word(), q.wake_batch()), (64, 16, 8));
+    let hints: Vec<AllocHint> = (0..20).map(AllocHint::new).collect();
+    let mut waiters: Vec<_> = hints.iter().map(|h| q.waiter(h)).collect();
+    let wakers: Vec<_> = (0..20).map(|_| counting_waker()).collect();
+    for (w, (_, waker)) in waiters.iter_mut().zip(&wakers) {
+        assert!(w.poll_get(&mut Context::from_waker(waker)).is_pending());
+    }
+    if batched {
+        q.put_batch(BitBatch::new(16, 0xffff), &hint).unwrap();
+    } else {
+        for bit in 16..32 {
+            q.put(bit, &hint).unwrap();
+        }
+    }
+    wakers
+        .iter()
+        .filter(|(c, _)| c.0.load(Ordering::SeqCst) > 0)
+        .count()
+}
+
+#[test]
+fn a_batched_put_wakes_as_many_as_the_same_single_puts() {
+    // Sixteen frees are two wake batches: sixteen waiters, however the bits come back.
+    assert_eq!(woken_by_freeing_a_word(false), 16);
+    assert_eq!(woken_by_freeing_a_word(true), 16);
+}
+
 #[test]
 fn wake_ups_rotate_over_the_wait_queues() {
     let q: SbitmapQueue = SbitmapQueue::new(8).unwrap(); // wake batch 1

@@ -186,6 +186,40 @@ fn d_batch_wakes_all_waiters() {
     });
 }
 
+/// (e) A batched put counts as that many single puts: with a wake batch of 1, one
+/// `put_batch` of two bits wakes both waiters, wherever their registrations fall. (Counted
+/// as one batch, the put would wake one, and with nothing else freed the other would hang.)
+#[test]
+fn e_batched_put_wakes_as_single_puts() {
+    model(|| {
+        // Depth 8 gives a wake batch of 1; words of 4 bits.
+        let queue: Arc<SbitmapQueue> = Arc::new(
+            blkmq_sbitmap::Sbitmap::builder(8)
+                .shift(2)
+                .build_queue()
+                .unwrap(),
+        );
+        assert_eq!(queue.wake_batch(), 1);
+        let hint = AllocHint::at(0);
+        let held: Vec<usize> = core::iter::from_fn(|| queue.get(&hint)).collect();
+        assert_eq!(held.len(), 8);
+        let waiters: Vec<_> = (0..2)
+            .map(|t| {
+                let queue = queue.clone();
+                thread::spawn(move || loom::future::block_on(queue.get_async(&AllocHint::new(t))))
+            })
+            .collect();
+        queue
+            .put_batch(blkmq_sbitmap::BitBatch::new(4, 0b0101), &hint)
+            .unwrap();
+        let got: Vec<usize> = waiters.into_iter().map(|w| w.join().unwrap()).collect();
+        assert_ne!(got[0], got[1]);
+        assert!(got.iter().all(|bit| [4, 6].contains(bit)));
+        assert_eq!(queue.waiters(), 0);
+        assert_eq!(queue.weight(), 8);
+    });
+}
+
 /// A waiter that is woken and then dropped before it takes the bit passes the wake-up on, so
 /// the other waiter still gets the freed bit.
 #[test]

@@ -3,6 +3,7 @@
 use crate::bio::{Op, Status};
 use crate::driver::Driver;
 use crate::error::{Misused, TagError, Unended};
+use crate::queue_tags::FreeBatch;
 use crate::request::{Request, Rq, RqIo};
 use crate::sync::Ordering;
 
@@ -53,8 +54,8 @@ impl<D: Driver> RequestQueue<D> {
     /// ```
     #[inline]
     pub fn end_request(&self, rq: Rq, status: Status) -> Result<(), Misused> {
-        self.end_one(rq, status, true)?;
-        self.host.restart_after(1);
+        let hctx = self.end_one(rq, status, true, None)?;
+        self.host.restart_after(hctx, 1);
         Ok(())
     }
 
@@ -83,18 +84,32 @@ impl<D: Driver> RequestQueue<D> {
     where
         I: IntoIterator<Item = (Rq, Status)>,
     {
-        let mut ended = 0;
+        // Requests ended of one hardware queue, not yet counted out of the driver: each
+        // run of one hardware queue's requests is counted out with one operation.
+        let mut ended = (0, 0);
         let mut batch = batch.into_iter();
         let mut refused = None;
+        // The tags of requests ended one after another, put back a bitmap word at a time
+        // (Linux's `blk_mq_flush_tag_batch`); all of them before the restart pass.
+        let mut freed = FreeBatch::new();
         for (rq, status) in batch.by_ref() {
-            if let Err(misused) = self.end_one(rq, status, true) {
-                refused = Some((misused, status));
-                break;
+            match self.end_one(rq, status, true, Some(&mut freed)) {
+                Ok(hctx) if hctx == ended.0 => ended.1 += 1,
+                Ok(hctx) => {
+                    if ended.1 != 0 {
+                        self.host.driver_ended(ended.0, ended.1);
+                    }
+                    ended = (hctx, 1);
+                }
+                Err(misused) => {
+                    refused = Some((misused, status));
+                    break;
+                }
             }
-            ended += 1;
         }
-        if ended != 0 {
-            self.host.restart_after(ended);
+        freed.flush();
+        if ended.1 != 0 {
+            self.host.restart_after(ended.0, ended.1);
         }
         match refused {
             None => Ok(()),
@@ -110,16 +125,26 @@ impl<D: Driver> RequestQueue<D> {
     /// refused here is one an elevator dispatched but this queue never gave it: there is
     /// nobody to hand it back to, and nothing of this queue's changes.
     pub(super) fn end_unissued(&self, rq: Rq, status: Status) {
-        let _ = self.end_one(rq, status, false);
+        let _ = self.end_one(rq, status, false, None);
         self.host.restart();
     }
 
-    /// Ends one request. For an `issued` one the budget goes back here, and the caller
-    /// counts it out of the driver with the restart ([`Host::restart_after`]).
+    /// Ends one request; returns its hardware queue. For an `issued` one the budget goes
+    /// back here, and the caller counts it out of the driver with the restart
+    /// ([`Host::restart_after`]).
     ///
     /// A token not ours comes back before anything happens: no hook, no budget, no count.
+    ///
+    /// With `freed`, the request's tag, in the common case, goes there rather than back at
+    /// once: the caller puts it back with the tags of the requests it ends next.
     #[inline]
-    fn end_one(&self, rq: Rq, status: Status, issued: bool) -> Result<(), Misused> {
+    fn end_one<'a>(
+        &'a self,
+        rq: Rq,
+        status: Status,
+        issued: bool,
+        freed: Option<&mut FreeBatch<'a, D::Payload, D::Platform>>,
+    ) -> Result<usize, Misused> {
         let splits = &self.splits;
         let elevated = self.has_elevator.load(Ordering::Relaxed);
         // The driver's hook, the elevator's, the ending and the free share one look-up of
@@ -133,16 +158,20 @@ impl<D: Driver> RequestQueue<D> {
             if io.flush_state() != 0 {
                 return false;
             }
+            self.account_done(hctx, io);
             // Flushes bypass the elevator.
             if elevated && io.op() != Op::Flush {
                 self.elevator_done(rq, issued);
             }
             true
         };
-        let step = match self
-            .tags()
-            .complete_with(rq, status, first, |bio, status| splits.end(bio, status))
-        {
+        let step = match self.tags().complete_into(
+            rq,
+            status,
+            first,
+            |bio, status| splits.end(bio, status),
+            freed,
+        ) {
             Ok(None) => {
                 self.put_usage();
                 None
@@ -159,11 +188,12 @@ impl<D: Driver> RequestQueue<D> {
         if let Some(rq) = step {
             self.flush_step_ended(rq, status, hctx);
         }
-        Ok(())
+        Ok(hctx)
     }
 
     /// Frees a request whose bios merged into another (one of ours: the merge looked it up).
     pub(super) fn free_merged(&self, rq: Rq) {
+        self.account_request_merge(&rq);
         if self.tags().free(rq).is_ok() {
             self.put_usage();
         }

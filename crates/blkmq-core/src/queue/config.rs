@@ -29,6 +29,8 @@ pub struct QueueConfig {
     /// What the queue reports its trace events to, if anything ([`Tracer`]); set for the
     /// queue's life. Without one, each trace point is one branch on this field, not taken.
     pub tracer: Option<Arc<dyn Tracer>>,
+    /// Whether the queue keeps I/O statistics (default off; see [`accounting`](Self::accounting)).
+    pub accounting: bool,
 }
 
 impl QueueConfig {
@@ -48,7 +50,30 @@ impl QueueConfig {
             nr_requests: None,
             maps: None,
             tracer: None,
+            accounting: false,
         }
+    }
+
+    /// With I/O accounting on or off (Linux's `QUEUE_FLAG_IO_STAT`, sysfs `iostats`): the
+    /// counters of `/proc/diskstats` and latency histograms, read with
+    /// [`RequestQueue::stats`](crate::RequestQueue::stats). Off (the default), the queue
+    /// reads no clock for them and pays one predictable branch where it would count.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use blkmq_core::testing::Null;
+    /// let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null::new()).unwrap();
+    /// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(64)).accounting(true)).unwrap();
+    /// queue.submit(Bio::new(Op::Write, 0, 8)).unwrap();
+    /// let stats = queue.stats().unwrap();
+    /// assert_eq!((stats.op(OpGroup::Write).ios, stats.op(OpGroup::Write).sectors), (1, 8));
+    /// assert_eq!(stats.in_flight_total(), 0);
+    /// let off = host.add_queue(QueueConfig::new(QueueLimits::new(64))).unwrap();
+    /// assert!(off.stats().is_none());
+    /// ```
+    pub fn accounting(mut self, on: bool) -> Self {
+        self.accounting = on;
+        self
     }
 
     /// With an elevator.
@@ -171,6 +196,7 @@ impl fmt::Debug for QueueConfig {
             .field("elevator", &self.elevator.as_ref().map(|e| e.name()))
             .field("nr_requests", &self.nr_requests)
             .field("traced", &self.tracer.is_some())
+            .field("accounting", &self.accounting)
             .finish_non_exhaustive()
     }
 }

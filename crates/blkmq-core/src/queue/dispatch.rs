@@ -197,7 +197,7 @@ impl<D: Driver> RequestQueue<D> {
         if self.halted(hctx) {
             return;
         }
-        let epoch = self.host.epoch();
+        self.arm_restart(hctx);
         let h = &self.hctxs[hctx];
         if h.dispatch_len.load(Ordering::SeqCst) != 0 {
             let mut batch = h.run_batch.lock();
@@ -207,13 +207,13 @@ impl<D: Driver> RequestQueue<D> {
                 // INVARIANT: `dispatch_len` follows the list, stored under its lock.
                 h.dispatch_len.store(0, Ordering::SeqCst);
             }
-            if !self.issue_batch(hctx, &mut batch, epoch, None, false) {
+            if !self.issue_batch(hctx, &mut batch, None, false) {
                 return;
             }
         }
         if self.has_elevator.load(Ordering::SeqCst) {
             // The batch is needed only to give requests back: locked then.
-            self.dispatch_elevator(hctx, epoch, now);
+            self.dispatch_elevator(hctx, now);
             return;
         }
         let mut batch = h.run_batch.lock();
@@ -224,14 +224,14 @@ impl<D: Driver> RequestQueue<D> {
                     h.one_at_a_time.store(false, Ordering::Relaxed);
                     return;
                 }
-                if !self.issue_batch(hctx, &mut batch, epoch, None, false) {
+                if !self.issue_batch(hctx, &mut batch, None, false) {
                     return;
                 }
             }
         }
         self.take_all(hctx, &mut batch);
         if !batch.is_empty() {
-            self.issue_batch(hctx, &mut batch, epoch, None, false);
+            self.issue_batch(hctx, &mut batch, None, false);
         }
     }
 
@@ -284,7 +284,6 @@ impl<D: Driver> RequestQueue<D> {
         &self,
         hctx: usize,
         batch: &mut VecDeque<Rq>,
-        epoch: u64,
         now: Option<u64>,
         all_own: bool,
     ) -> bool {
@@ -330,7 +329,7 @@ impl<D: Driver> RequestQueue<D> {
                 Issued::GaveUp(rq, status) => {
                     batch.push_front(rq);
                     commit(&mut owed);
-                    self.give_up(hctx, batch, epoch, status);
+                    self.give_up(hctx, batch, status);
                     return false;
                 }
             }
@@ -366,7 +365,7 @@ impl<D: Driver> RequestQueue<D> {
                 // Taken on the runner's context: move it to the request's.
                 driver.put_budget(&self.cx(held));
                 if !driver.get_budget(&cx) {
-                    self.budget_returned(runner);
+                    self.budget_returned();
                     return Issued::GaveUp(rq, Status::Resource);
                 }
             }
@@ -380,31 +379,38 @@ impl<D: Driver> RequestQueue<D> {
         // elevator's dispatch may have read the clock a moment ago, and one read serves.
         let now = now.unwrap_or_else(|| self.platform().coarse_now_ns());
         // Without scheduler tags a request holds its driver tag from its allocation.
-        let started = if tags.has_scheduler() {
+        let mut started = if tags.has_scheduler() {
             tags.tag_and_start(&mut rq, now)
         } else {
             tags.start(&mut rq, now).map(|()| true)
         };
+        if matches!(started, Ok(false)) {
+            // No driver tag: mark the restart, then look at the tags again (Linux's
+            // `blk_mq_mark_tag_wait`). A tag freed before the mark is found now; one freed
+            // after it, its completion sees the mark.
+            self.mark_restart_before(runner);
+            started = tags.tag_and_start(&mut rq, now);
+        }
         match started {
             Ok(true) => {}
             Ok(false) => {
                 driver.put_budget(&cx);
-                self.budget_returned(runner);
+                self.budget_returned();
                 return Issued::GaveUp(rq, Status::Resource);
             }
             Err(_) => {
                 driver.put_budget(&cx);
-                self.budget_returned(runner);
+                self.budget_returned();
                 self.end_unissued(rq, Status::IoErr);
                 return Issued::Ended;
             }
         }
         self.trace_rq(crate::trace::Action::Issue, &rq);
-        self.driver_in();
+        self.driver_in(hctx);
         match driver.queue_rq(&cx, rq, last) {
             Ok(()) => Issued::Queued,
             Err(Rejected { mut rq, status }) => {
-                self.driver_out();
+                self.driver_out(hctx);
                 driver.put_budget(&cx);
                 if matches!(status, Status::Resource | Status::DevResource) {
                     let _ = tags.requeue(&mut rq);
@@ -413,7 +419,7 @@ impl<D: Driver> RequestQueue<D> {
                         // Back to waiting without a driver tag, as Linux's requeue.
                         let _ = tags.put_driver_tag(&mut rq);
                     }
-                    self.budget_returned(runner);
+                    self.budget_returned();
                     Issued::GaveUp(rq, status)
                 } else {
                     let status = if status.is_ok() {
@@ -428,14 +434,16 @@ impl<D: Driver> RequestQueue<D> {
         }
     }
 
-    /// One more request in the driver.
-    pub(super) fn driver_in(&self) {
-        self.host.flight.fetch_add(1, Ordering::SeqCst);
+    /// One more request of hardware queue `hctx` in the driver.
+    #[inline]
+    pub(super) fn driver_in(&self, hctx: usize) {
+        self.host.driver_in(hctx);
     }
 
-    /// One request fewer in the driver.
-    pub(super) fn driver_out(&self) {
-        self.host.flight.fetch_sub(1, Ordering::SeqCst);
+    /// One request of hardware queue `hctx` fewer in the driver (it never got there).
+    #[inline]
+    pub(super) fn driver_out(&self, hctx: usize) {
+        self.host.driver_out(hctx, 1);
     }
 
     /// Puts `batch` back at the head of `hctx`'s dispatch list, in order.

@@ -252,7 +252,10 @@ impl<D: Driver> RequestQueue<D> {
         if let Ok(None) = self.tags().complete_with(
             rq,
             status,
-            |_, _, _| true,
+            |_, request, io| {
+                self.account_done(request.hctx(), io);
+                true
+            },
             |bio, status| splits.end(bio, status),
         ) {
             self.put_usage();

@@ -16,7 +16,16 @@ use crate::tagset::{TagSet, TagSetBuilder};
 use super::config::QueueConfig;
 use super::restart::RestartSet;
 
-use super::{EPOCH_SHIFT, IN_DRIVER, Lock, RequestQueue};
+use super::{Lock, RequestQueue};
+
+/// Where a hardware queue's completion count starts in its `in_driver` word.
+const ENDED_SHIFT: u32 = 32;
+
+/// One completion, in an `in_driver` word.
+const ENDED_ONE: u64 = 1 << ENDED_SHIFT;
+
+/// An `in_driver` word's count of requests in the driver (far above any tag space).
+const HELD: u64 = ENDED_ONE - 1;
 
 /// A host: the driver, its tag set and what its request queues share (restart, quiesce).
 ///
@@ -51,11 +60,12 @@ pub struct Host<D: Driver> {
     pub(super) restart: RestartSet,
     /// Queue slots with a hardware queue kicked (to run from [`Host::run_kicked`]).
     pub(super) kicked: RestartSet,
-    /// Completions (and requeues) so far, the epoch a dispatcher giving up compares, in the
-    /// high half; requests the driver holds (issued, not yet ended or requeued) in the low
-    /// half. One word, so a completion leaves the driver and moves the epoch with one
-    /// locked operation (a batch of them with one).
-    pub(super) flight: CachePadded<AtomicU64>,
+    /// Per hardware queue, each on a line of its own: the requests of it the driver holds
+    /// (issued, not yet ended or requeued) in the low half, its completions (and requeues)
+    /// so far in the high half, so a completion does both with one locked operation.
+    /// Written at the issue and at the completion of that hardware queue's requests only,
+    /// never host-wide.
+    pub(super) in_driver: Box<[CachePadded<AtomicU64>]>,
     /// Read on every dispatch: kept off the lines the counters above bounce.
     pub(super) quiesced: CachePadded<AtomicUsize>,
     /// Per queue slot, the platform time its kicked hardware queues are due to run at
@@ -104,13 +114,16 @@ impl<D: Driver> Host<D> {
     ) -> Result<Arc<Self>, ConfigError> {
         let set = tags.build(platform, |init| driver.init_request(init))?;
         let slots = set.max_queues();
+        let nr_hw = set.nr_hw_queues();
         let host = Arc::new(Self {
             driver,
             queues: lock_api::Mutex::new((0..slots).map(|_| None).collect()),
             restart: RestartSet::new(slots)?,
             kicked: RestartSet::new(slots)?,
             set,
-            flight: CachePadded::new(AtomicU64::new(0)),
+            in_driver: (0..nr_hw)
+                .map(|_| CachePadded::new(AtomicU64::new(0)))
+                .collect(),
             quiesced: CachePadded::new(AtomicUsize::new(0)),
             due: (0..slots).map(|_| AtomicU64::new(u64::MAX)).collect(),
             ticks: super::service::Ticks::new(),
@@ -155,7 +168,9 @@ impl<D: Driver> Host<D> {
         &self.set
     }
 
-    /// Requests the driver holds now, over every queue.
+    /// Requests the driver holds now, over every queue: the sum of the hardware queues'
+    /// counts (one load per hardware queue), exact when nothing is issued or completed
+    /// meanwhile.
     ///
     /// ```
     /// # use blkmq_core::*;
@@ -172,18 +187,61 @@ impl<D: Driver> Host<D> {
     /// # b.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok))).unwrap();
     /// ```
     pub fn in_driver(&self) -> usize {
-        (self.flight.load(Ordering::Relaxed) & IN_DRIVER) as usize
+        self.in_driver.iter().fold(0, |sum, n| {
+            sum + (n.load(Ordering::Relaxed) & HELD) as usize
+        })
     }
 
-    /// The completion epoch (see `flight`).
+    /// One more request of hardware queue `hctx` in the driver.
     #[inline]
-    pub(super) fn epoch(&self) -> u64 {
-        self.flight.load(Ordering::SeqCst) >> EPOCH_SHIFT
+    pub(super) fn driver_in(&self, hctx: usize) {
+        self.in_driver[hctx].fetch_add(1, Ordering::SeqCst);
     }
 
-    /// Whether the driver holds nothing.
+    /// `n` requests of hardware queue `hctx` fewer in the driver, without a completion
+    /// (handed back at issue, or dropped with their queue).
+    #[inline]
+    pub(super) fn driver_out(&self, hctx: usize, n: usize) {
+        let before = self.in_driver[hctx].fetch_sub(n as u64, Ordering::SeqCst);
+        debug_assert!(
+            before & HELD >= n as u64,
+            "hardware queue {hctx}: {n} out of {before}"
+        );
+    }
+
+    /// `n` requests of hardware queue `hctx` ended (or requeued): out of the driver, and
+    /// one more completion of it, in one locked operation.
+    #[inline]
+    pub(super) fn driver_ended(&self, hctx: usize, n: usize) {
+        let n = n as u64;
+        // Adding `ENDED_ONE - n` takes `n` from the low half (which holds at least that
+        // many) and adds one to the high half.
+        let before = self.in_driver[hctx].fetch_add(ENDED_ONE.wrapping_sub(n), Ordering::SeqCst);
+        debug_assert!(
+            before & HELD >= n,
+            "hardware queue {hctx}: {n} out of {before}"
+        );
+    }
+
+    /// Completions of hardware queue `hctx` so far (wrapping): what a runner compares
+    /// before and after an attempt on it.
+    #[inline]
+    pub(super) fn driver_ends(&self, hctx: usize) -> u32 {
+        (self.in_driver[hctx].load(Ordering::SeqCst) >> ENDED_SHIFT) as u32
+    }
+
+    /// How many hardware queues the host has.
+    pub(super) fn nr_hw_queues(&self) -> usize {
+        self.in_driver.len()
+    }
+
+    /// Whether the driver holds nothing, on any hardware queue: a load per hardware queue
+    /// (the give-up's slow path). Each load after a restart mark pairs with that count's
+    /// completion (see `restart.rs`): a count seen above zero ends after the mark.
     pub(super) fn driver_idle(&self) -> bool {
-        self.flight.load(Ordering::SeqCst) & IN_DRIVER == 0
+        self.in_driver
+            .iter()
+            .all(|n| n.load(Ordering::SeqCst) & HELD == 0)
     }
 
     /// A request queue (a LUN, a namespace) on this host.

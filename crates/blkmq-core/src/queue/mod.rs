@@ -22,6 +22,7 @@
 //! | `wait.rs` | submitters waiting for room and for their own I/O | `submit_bio_wait`, `blk_queue_enter` |
 //! | `runtime.rs` | changes at run time | `blk_mq_update_nr_requests` |
 //! | `flush.rs` | the flush sequence | `blk-flush.c` |
+//! | `dump.rs` | [`HostDump`], [`QueueDump`], [`HctxDump`], [`RequestDump`]: state in text | `blk-mq-debugfs.c` |
 //!
 //! Which bios and requests may merge is in `merge.rs`, beside the queue.
 //!
@@ -30,12 +31,46 @@
 //! A hardware queue that gives up dispatching (the driver said [`Status::Resource`], the
 //! budget or the driver tags ran out) keeps its requests at the head of its dispatch list
 //! and marks itself in its queue's [`RestartSet`], and the queue in its host's. Every
-//! completion bumps the host's completion epoch and then drains the host's set, rerunning
-//! exactly the hardware queues marked — nothing when none are, in one load. The dispatcher
-//! reads the epoch before it issues and again after it marks: if a completion came in
-//! between (it may have drained before the mark), the dispatcher runs again itself. Every
-//! access of that pair is `SeqCst`, so one side always sees the other (Dekker's pattern);
-//! `tests/loom.rs` checks every interleaving of insert, give-up and completion.
+//! completion gives its resources back (its tag, its budget, its hardware queue's count of
+//! requests in the driver) and then drains the host's set, rerunning exactly the hardware
+//! queues marked — nothing when none are, in one load, and nothing host-wide written. The
+//! dispatcher marks and then looks again: at its own hardware queue's completions since
+//! the attempt began, at a driver tag; on a host of several hardware queues a hardware
+//! queue that gave up marks before its next attempt, and a first give-up goes round once
+//! more, marked; with nothing in the driver on any hardware queue the platform is asked for a
+//! rerun (`restart.rs` has the whole protocol). Every access of
+//! that pair is `SeqCst`, so one side always sees the other (Dekker's pattern);
+//! `tests/loom.rs` and `tests/loom_queue.rs` check the interleavings of insert, give-up and
+//! completion.
+//!
+//! # The engine
+//!
+//! The locked operations (atomic read-modify-writes) a request pays from
+//! [`submit`](RequestQueue::submit) through `queue_rq` to
+//! [`end_request`](RequestQueue::end_request), with no elevator and tags not shared
+//! between queues (issued directly on an idle hardware queue). `seqcst_pair` is a fence
+//! under loom only; everything else on the path is a load or a plain store (the request's
+//! start, its hardware queue and queue, the tag hint, the runner's note of its hardware
+//! queue's completions), and the restart check at the end is one load of the host's
+//! restart root, which only give-ups write.
+//!
+//! | step | operation | line | written by |
+//! |---|---|---|---|
+//! | enter | usage `fetch_add` | the calling CPU's part of the queue's `PercpuRef` | that CPU only (a completion elsewhere puts on its own part) |
+//! | allocate | driver tag: compare-exchange on an sbitmap word | the word the per-CPU hint picked | the CPUs whose hints are in that word: shared, spread by the hint |
+//! | claim | run claim compare-exchange `0 -> RUNNING` | the hardware context's | the CPUs of that hardware queue (reruns from completions only when it waits) |
+//! | issue | requests in the driver `fetch_add` | the hardware queue's own word in the [`Host`] (its requests in the driver and its completions) | the issuers and completers of that hardware queue's requests |
+//! | finish | run claim compare-exchange `RUNNING -> 0` | the hardware context's | as the claim |
+//! | end | request state compare-exchange `InFlight -> Complete` | the request's state word | the CPU that started it (a store) and the one that ends it |
+//! | free | tag `fetch_or` into the word's `cleared` (deferred clear) | the tag's sbitmap word | the CPUs freeing tags of that word |
+//! | let go | usage `fetch_sub` | the ending CPU's part of the `PercpuRef` | that CPU only |
+//! | restart | out of the driver and one completion more, one `fetch_add` (one per run of a hardware queue's requests in [`end_requests`](RequestQueue::end_requests)) | the hardware queue's own word | as the issue |
+//!
+//! The driver's budget ([`Driver::get_budget`](crate::Driver::get_budget)) is the
+//! driver's own; the tag's wake-up check is a load of the wait queue's active count
+//! (written only while someone waits for a tag). With tags shared between queues, the
+//! driver tag also counts the queue's share (`fetch_add` and `fetch_sub` on the queue's
+//! activity line of that tag map).
 //!
 //! # The flush sequence
 //!
@@ -113,13 +148,15 @@ use crate::queue_map::{QueueMaps, QueueType};
 use crate::queue_tags::QueueTags;
 use crate::request::{Request, Rq, RqIo, RqState};
 use crate::split::SplitPool;
-use crate::sync::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use crate::sync::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize};
 
+mod account;
 mod complete;
 mod config;
 mod data;
 mod deactivate;
 mod dispatch;
+mod dump;
 mod flush;
 mod host;
 mod plug;
@@ -138,6 +175,7 @@ mod usage;
 mod wait;
 
 pub use config::QueueConfig;
+pub use dump::{HctxDump, HostDump, QueueDump, RequestDump};
 pub use flush::FLUSH_PENDING_TIMEOUT_NS;
 pub use host::Host;
 pub use plug::{PLUG_FLUSH_BYTES, PLUG_MAX, PLUG_MAX_MULTI, Plug};
@@ -154,14 +192,10 @@ const RUNNING: u32 = 1;
 /// A run was asked for since the runner last looked.
 const PENDING: u32 = 2;
 
-/// Where the completion epoch starts in [`Host`]'s `flight` word.
-const EPOCH_SHIFT: u32 = 32;
-
-/// One completion, in the `flight` word.
-const EPOCH_ONE: u64 = 1 << EPOCH_SHIFT;
-
-/// The `flight` word's count of requests in the driver (far above any tag space).
-const IN_DRIVER: u64 = EPOCH_ONE - 1;
+/// In a hardware context's `look`: the last attempt gave up.
+const GAVE_UP: u64 = 1 << 63;
+/// In a hardware context's `look`: the restart was marked before this attempt's look.
+const ARMED: u64 = 1 << 62;
 
 /// A hardware context: one hardware queue of a request queue, and its dispatch.
 ///
@@ -201,6 +235,11 @@ struct HwCtx<D: Driver> {
     /// The driver gave up recently: take one request at a time, round robin over the
     /// software contexts, until they are empty.
     one_at_a_time: AtomicBool,
+    /// The runner's restart state (`restart.rs`), written by the runner only: [`GAVE_UP`]
+    /// (the last attempt gave up: the next marks the restart before it tries), [`ARMED`]
+    /// (this attempt's look came after a mark), and in the low half the hardware queue's
+    /// completions seen before this attempt.
+    look: AtomicU64,
     /// The runner's batch (room made once, not per run).
     run_batch: Lock<D, VecDeque<Rq>>,
     /// The flush sequence of its requests (`flush.rs`).
@@ -277,6 +316,8 @@ pub struct RequestQueue<D: Driver> {
     thaw: wait::Thaw<D>,
     /// Where trace events go (`trace.rs`), set for the queue's life.
     tracer: Option<Arc<dyn crate::trace::Tracer>>,
+    /// I/O accounting, when on (`account.rs`).
+    acct: Option<crate::stats::Accounting>,
 }
 
 // SAFETY: the `UnsafeCell` around the tags is written only while no other thread can reach
@@ -358,6 +399,7 @@ impl<D: Driver> RequestQueue<D> {
                 ctxs: ctxs.into_boxed_slice(),
                 next_ctx: AtomicUsize::new(0),
                 one_at_a_time: AtomicBool::new(false),
+                look: AtomicU64::new(0),
                 run_batch: lock_api::Mutex::new(VecDeque::with_capacity(capacity)),
                 flush: lock_api::Mutex::new(flush::FlushQueue::new(flush_room)),
             })
@@ -395,6 +437,9 @@ impl<D: Driver> RequestQueue<D> {
             timed_out: AtomicU64::new(0),
             thaw: lock_api::Mutex::new(wait::ThawList::default()),
             tracer: config.tracer,
+            acct: config.accounting.then(|| {
+                crate::stats::Accounting::new(nr_cpus, nr_hw, set.platform().coarse_now_ns())
+            }),
         });
         slots[slot] = Some(Arc::downgrade(&queue));
         Ok(queue)
@@ -619,12 +664,13 @@ impl<D: Driver> Drop for RequestQueue<D> {
         self.splits.fail_all(Status::IoErr);
         // What the driver still holds will never end through this queue.
         if !self.host.driver_idle() {
-            let mut held = 0;
+            let host = &self.host;
             self.tags().for_each_busy(None, |busy| {
-                held += u64::from(busy.request.state() == RqState::InFlight);
+                if busy.request.state() == RqState::InFlight {
+                    host.driver_out(busy.request.hctx(), 1);
+                }
                 true
             });
-            self.host.flight.fetch_sub(held, Ordering::SeqCst);
         }
         if let Some(slot) = self.host.queues.lock().get_mut(self.slot) {
             *slot = None;

@@ -6,6 +6,7 @@ use crate::bio::{Bio, Op, Status};
 use crate::driver::{Driver, Rejected, RqBatch};
 use crate::platform::Platform;
 use crate::queue_map::QueueType;
+use crate::queue_tags::{Alloc, FreeBatch};
 use crate::request::Rq;
 use crate::sync::Ordering;
 use crate::tagset::TagSetFlags;
@@ -93,13 +94,38 @@ pub const PLUG_FLUSH_BYTES: u64 = 128 * 1024;
 /// A plug keeps its requests in room of its own, [`PLUG_MAX_MULTI`] tokens inline:
 /// starting one allocates nothing, so a plug per batch (as Linux code starts one with
 /// `blk_start_plug`) costs no more than one reused.
+///
+/// A plug started with [`with_ios`](Self::with_ios) caches requests (Linux's
+/// `plug->cached_rq`): see there.
 pub struct Plug<'q, D: Driver> {
     /// `queues[i]` is the queue of `rqs[i]`; both are `Some` below `len`, `None` above.
     queues: [Option<&'q RequestQueue<D>>; PLUG_MAX_MULTI],
     rqs: [Option<Rq>; PLUG_MAX_MULTI],
     len: usize,
     multiple_queues: bool,
+    /// Sectors of the last request, `rqs[len - 1]`, while `len` is not zero.
+    last_sectors: u64,
+    cache: RqCache<'q, D>,
 }
+
+/// A plug's requests taken ahead, for one queue and hardware queue.
+///
+/// # Invariants
+/// `rqs[..len]` are `Some`, requests of `queue` allocated for hardware queue `hctx` with
+/// nothing on them and no usage reference, `rqs[len..]` are `None`; `queue` is set while
+/// `len` is not zero. `left` is how many more requests the plug expects before it flushes.
+struct RqCache<'q, D: Driver> {
+    rqs: [Option<Rq>; PLUG_CACHE],
+    len: usize,
+    queue: Option<&'q RequestQueue<D>>,
+    hctx: usize,
+    /// Requests expected in each batch: 1 for no cache.
+    nr_ios: usize,
+    left: usize,
+}
+
+/// Requests a [`Plug`] caches at most; one batch allocation takes at most a bitmap word.
+const PLUG_CACHE: usize = PLUG_MAX;
 
 impl<'q, D: Driver> Default for Plug<'q, D> {
     fn default() -> Self {
@@ -117,12 +143,107 @@ impl<'q, D: Driver> Plug<'q, D> {
     /// assert!(plug.is_empty());
     /// ```
     pub const fn new() -> Self {
+        Self::with_ios(1)
+    }
+
+    /// An empty plug that expects `nr_ios` requests before each flush (Linux's
+    /// `blk_start_plug_nr_ios`). It allocates nothing; when a bio needs a new request and
+    /// finds the plug's cache empty, the plug takes up to the requests it still expects
+    /// (at most [`PLUG_MAX`], at most one bitmap word) in one batch allocation, and later
+    /// bios of the same queue and hardware queue take theirs from it. What is left is given
+    /// back, its tags in one batch, when the plug flushes (the count starts again) or drops.
+    ///
+    /// The cache serves a queue without an elevator whose tag set serves it alone; a bio
+    /// of another queue or hardware queue, or with an elevator, takes the usual way. A
+    /// cached request holds no usage reference until a bio takes it: [`RequestQueue::usage`]
+    /// counts what is in use, and a freeze does not wait for a plug's cache. When tags run
+    /// short the cache takes what it can.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use blkmq_core::testing::Hold;
+    /// let host = Host::new(TagSet::builder(64), StdPlatform::with_cpus(1), Hold::new()).unwrap();
+    /// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1 << 20))).unwrap();
+    /// let mut plug = Plug::with_ios(8);
+    /// queue.submit_plugged(&mut plug, Bio::new(Op::Read, 0, 8)).unwrap();
+    /// assert_eq!(host.set().busy(), 8); // seven wait in the cache
+    /// assert_eq!(queue.usage(), 1); // which holds no usage
+    /// queue.submit_plugged(&mut plug, Bio::new(Op::Read, 64, 8)).unwrap();
+    /// assert_eq!(host.set().busy(), 8);
+    /// plug.flush(); // two to the driver, six tags back
+    /// assert_eq!((host.set().busy(), queue.usage()), (2, 2));
+    /// # queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok))).unwrap();
+    /// ```
+    pub const fn with_ios(nr_ios: usize) -> Self {
+        let nr_ios = if nr_ios == 0 { 1 } else { nr_ios };
         Self {
             queues: [None; PLUG_MAX_MULTI],
             rqs: [const { None }; PLUG_MAX_MULTI],
             len: 0,
             multiple_queues: false,
+            last_sectors: 0,
+            cache: RqCache {
+                rqs: [const { None }; PLUG_CACHE],
+                len: 0,
+                queue: None,
+                hctx: 0,
+                nr_ios,
+                left: nr_ios,
+            },
         }
+    }
+
+    /// Requests the plug holds in its cache, taken ahead and not yet used.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use blkmq_core::testing::Null;
+    /// let host = Host::new(TagSet::builder(64), StdPlatform::with_cpus(1), Null::new()).unwrap();
+    /// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1 << 20))).unwrap();
+    /// let mut plug = Plug::with_ios(4);
+    /// queue.submit_plugged(&mut plug, Bio::new(Op::Read, 0, 8)).unwrap();
+    /// assert_eq!(plug.cached(), 3);
+    /// drop(plug);
+    /// assert_eq!(host.set().busy(), 0);
+    /// ```
+    pub fn cached(&self) -> usize {
+        self.cache.len
+    }
+
+    /// A request for a bio of `queue` on hardware queue `hctx` (from `cpu`), from the cache,
+    /// which is filled first when empty and the plug expects more than one request; `None`
+    /// when the cache has none for it (another queue's or hardware queue's, or tags short).
+    /// The caller holds a usage reference of `queue` and has checked it has no elevator.
+    #[inline]
+    pub(super) fn take_cached(
+        &mut self,
+        queue: &'q RequestQueue<D>,
+        hctx: usize,
+        cpu: usize,
+    ) -> Option<Rq> {
+        let cache = &mut self.cache;
+        if cache.len == 0 {
+            if cache.left <= 1 {
+                return None;
+            }
+            cache.fill(queue, hctx, cpu);
+        }
+        if !cache.queue.is_some_and(|q| core::ptr::eq(q, queue)) || cache.hctx != hctx {
+            return None;
+        }
+        cache.len = cache.len.checked_sub(1)?;
+        cache.rqs[cache.len].take()
+    }
+
+    /// Forgets the cache without giving it back: its tokens name requests no longer ours
+    /// (the queue's tags were replaced, and their drop freed them).
+    #[cold]
+    pub(super) fn forget_cache(&mut self) {
+        self.cache.rqs[..self.cache.len]
+            .iter_mut()
+            .for_each(|rq| *rq = None);
+        self.cache.len = 0;
+        self.cache.queue = None;
     }
 
     /// Requests in the plug.
@@ -183,27 +304,34 @@ impl<'q, D: Driver> Plug<'q, D> {
         if queue.has_elevator.load(Ordering::Relaxed) && !queue.elevator_allows_merge(rq, bio) {
             return false;
         }
-        crate::merge::merge_into(tags, &queue.limits, rq, bio) && queue.traced_merge(rq, bio)
+        let merged = crate::merge::merge_into(tags, &queue.limits, rq, bio);
+        // A merge grows the request by the bio.
+        if merged && newest == self.len.checked_sub(1) {
+            self.last_sectors += u64::from(bio.sectors);
+        }
+        merged && queue.traced_merge(rq, bio)
     }
 
     /// Adds a fresh request, flushing first when the plug is full or its last request large.
     pub(super) fn add(&mut self, queue: &'q RequestQueue<D>, rq: Rq) {
+        let sectors = queue.io(&rq).map_or(0, |io| io.sectors());
+        self.add_sized(queue, rq, sectors);
+    }
+
+    /// [`add`](Self::add) for a request of `sectors` sectors.
+    #[inline]
+    pub(super) fn add_sized(&mut self, queue: &'q RequestQueue<D>, rq: Rq, sectors: u64) {
         let max = if self.multiple_queues {
             PLUG_MAX_MULTI
         } else {
             PLUG_MAX
         };
-        let last = self.len.checked_sub(1);
-        let large = last.is_some_and(|i| {
-            let (Some(q), Some(last)) = (self.queues[i], &self.rqs[i]) else {
-                return false;
-            };
-            q.io(last)
-                .is_some_and(|io| io.sectors() * crate::bio::SECTOR_SIZE >= PLUG_FLUSH_BYTES)
-        });
+        let large =
+            self.len != 0 && self.last_sectors * crate::bio::SECTOR_SIZE >= PLUG_FLUSH_BYTES;
         if self.len >= max || large {
             self.flush();
         }
+        self.last_sectors = sectors;
         // As Linux: several queues once a request follows one of another queue.
         if let Some(last) = self.len.checked_sub(1).and_then(|i| self.queues[i]) {
             if !core::ptr::eq(last, queue) {
@@ -215,6 +343,7 @@ impl<'q, D: Driver> Plug<'q, D> {
         self.queues[self.len] = Some(queue);
         self.rqs[self.len] = Some(rq);
         self.len += 1;
+        self.cache.left = self.cache.left.saturating_sub(1);
     }
 
     /// Hands every request to its queue, in the order they were made.
@@ -257,6 +386,47 @@ impl<'q, D: Driver> Plug<'q, D> {
         }
         self.len = 0;
         self.multiple_queues = false;
+        self.cache.give_back();
+    }
+}
+
+impl<'q, D: Driver> RqCache<'q, D> {
+    /// Fills the empty cache for `queue`'s hardware queue `hctx` with one batch allocation
+    /// of up to the requests the plug still expects; stays empty when tags are short or
+    /// the queue's tags cannot allocate a batch.
+    #[inline(never)]
+    fn fill(&mut self, queue: &'q RequestQueue<D>, hctx: usize, cpu: usize) {
+        let tags = queue.tags();
+        if !tags.batch_allocates() {
+            return;
+        }
+        let want = self.left.min(PLUG_CACHE);
+        let got = tags.alloc_cached(&Alloc::new(hctx, cpu), &mut self.rqs[..want]);
+        if got != 0 {
+            self.len = got;
+            self.queue = Some(queue);
+            self.hctx = hctx;
+        }
+    }
+
+    /// Gives the cached requests back, their tags in one batch, and starts the count of
+    /// expected requests again.
+    fn give_back(&mut self) {
+        self.left = self.nr_ios;
+        if self.len == 0 {
+            return;
+        }
+        let rqs = &mut self.rqs[..self.len];
+        self.len = 0;
+        if let Some(queue) = self.queue.take() {
+            queue.free_cached(rqs);
+        }
+    }
+}
+
+impl<D: Driver> Drop for RqCache<'_, D> {
+    fn drop(&mut self) {
+        self.give_back();
     }
 }
 
@@ -318,6 +488,22 @@ impl<'a> PlugRun<'a> {
 }
 
 impl<D: Driver> RequestQueue<D> {
+    /// Gives back a plug's unused cached requests (all of `rqs`, taken), their tags in one
+    /// batch per bitmap word. Inside the queue for it even while frozen; while its tags are
+    /// being replaced the tokens are dropped instead: the old tags' drop frees them.
+    fn free_cached(&self, rqs: &mut [Option<Rq>]) {
+        let Some(_usage) = self.enter_any() else {
+            rqs.iter_mut().for_each(|rq| *rq = None);
+            return;
+        };
+        let tags = self.tags();
+        let mut freed = FreeBatch::new();
+        for rq in rqs.iter_mut().filter_map(Option::take) {
+            tags.free_into(rq, &mut freed);
+        }
+        freed.flush();
+    }
+
     /// Takes a flushed plug's requests of this queue (all of `rqs`), in order.
     fn flush_plugged(&self, rqs: &mut PlugRun<'_>) {
         self.trace_unplug(rqs.slots.len() - rqs.head);
@@ -394,7 +580,7 @@ impl<D: Driver> RequestQueue<D> {
                 self.finish_run(hctx);
                 return;
             }
-            let epoch = self.host.epoch();
+            self.arm_restart(hctx);
             let mut batch = h.run_batch.lock();
             // The first is known to belong; each later one is looked at once.
             while rqs
@@ -407,7 +593,7 @@ impl<D: Driver> RequestQueue<D> {
             }
             let now = (!blocking).then(|| self.platform().coarse_now_ns());
             // Every request taken above is this hardware queue's.
-            self.issue_batch(hctx, &mut batch, epoch, now, true);
+            self.issue_batch(hctx, &mut batch, now, true);
             drop(batch);
             self.finish_run(hctx);
         }
@@ -429,7 +615,7 @@ impl<D: Driver> RequestQueue<D> {
                 return;
             }
             let cx = self.cx(hctx);
-            let epoch = self.host.epoch();
+            self.arm_restart(hctx);
             let mut batch = h.run_batch.lock();
             let mut no_budget = false;
             // Nothing runs between the starts: one read of the clock serves them all.
@@ -450,7 +636,7 @@ impl<D: Driver> RequestQueue<D> {
                     continue;
                 }
                 self.trace_rq(crate::trace::Action::Issue, &rq);
-                self.driver_in();
+                self.driver_in(hctx);
                 batch.push_back(rq);
             }
             let mut driver_batch = RqBatch {
@@ -468,7 +654,7 @@ impl<D: Driver> RequestQueue<D> {
                 let Some(mut rq) = batch.pop_front() else {
                     break;
                 };
-                self.driver_out();
+                self.driver_out(hctx);
                 driver.put_budget(&cx);
                 let _ = tags.requeue(&mut rq);
                 if matches!(why, Status::Resource | Status::DevResource) {
@@ -489,7 +675,7 @@ impl<D: Driver> RequestQueue<D> {
                         batch.push_back(rq);
                     }
                 }
-                self.give_up(hctx, &mut batch, epoch, why);
+                self.give_up(hctx, &mut batch, why);
             }
             drop(batch);
             self.finish_run(hctx);

@@ -66,7 +66,7 @@ impl<D: Driver> RequestQueue<D> {
         }
         self.driver().put_budget(&self.cx(hctx));
         self.requeue.lock().push_back(rq);
-        self.host.restart_after(1);
+        self.host.restart_after(hctx, 1);
         if kick {
             self.kick_requeue_list();
         }

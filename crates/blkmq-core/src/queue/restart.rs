@@ -17,16 +17,60 @@
 //!
 //! * **the dispatcher that gives up**: [`mark`](RestartSet::mark) its queue, *then* look at
 //!   the resource again (and, if it is there now, run on instead of waiting);
-//! * **the completion**: give the resource back, *then* [`drain`](RestartSet::drain) the set
-//!   and run every queue it hands out.
+//! * **the completion**: give the resource back (the tag, the budget, its hardware queue's
+//!   count of requests in the driver), *then* [`drain`](RestartSet::drain) the set and run
+//!   every queue it hands out.
 //!
-//! Every access is sequentially consistent, and a mark's last write and a drain's first read
-//! are on the same word (the root of the tree below). That is Dekker's pattern: either the
-//! dispatcher's second look sees the returned resource, or the completion's drain sees the
-//! mark, and then runs the queue after the dispatcher queued its requests. No interleaving
-//! leaves a marked queue with its resource free and nobody about to run it (checked with
-//! loom in `tests/loom.rs`).
+//! Every access is sequentially consistent (and fenced, `sync::seqcst_pair`), and a mark's
+//! last write and a drain's first read are on the same word (the root of the tree below).
+//! That is Dekker's pattern: either the dispatcher's second look sees the returned resource,
+//! or the completion's drain sees the mark, and then runs the queue after the dispatcher
+//! queued its requests. No interleaving leaves a marked queue with its resource free and
+//! nobody about to run it (checked with loom in `tests/loom.rs` and `tests/loom_queue.rs`).
 //!
+//! A completion with nobody waiting writes nothing shared but its own hardware queue's
+//! count (and the tag it frees) and reads one word, the root: there is no host-wide word
+//! that every I/O writes.
+//!
+//! # Looking again
+//!
+//! The resource a dispatcher lacked may be the driver's own (`queue_rq` said
+//! [`Status::Resource`]), which it cannot look at but by trying again. So the second look
+//! is made of what the dispatcher can see without a host-wide word:
+//!
+//! * **its own hardware queue's completions.** Each hardware queue's word in the host
+//!   counts its requests in the driver and its completions (one locked operation at the
+//!   completion, on that hardware queue's line). The runner reads its own before the
+//!   attempt (`arm_restart`) and again after the mark: changed, a completion of its own
+//!   hardware queue came in meanwhile and may have drained before the mark, so it goes
+//!   round again (`PENDING`). On a host of one hardware queue that is every completion.
+//! * **the mark before the next attempt**: on a host of several hardware queues, a
+//!   hardware queue that gave up marks the restart *before* its next attempt (Linux's
+//!   `blk_mq_sched_mark_restart_hctx`), so that a failing attempt had the mark set
+//!   already, and every completion after the attempt's look at the resource sees it. A
+//!   first give-up there (its attempt ran unmarked, and a completion of another hardware
+//!   queue would not show above) goes round once more, marked first this time: one more
+//!   attempt (a `queue_rq` call, or a budget try) for such a give-up, and no more, as the
+//!   second one waits.
+//! * **a driver tag**: its lack is looked at directly, right after the mark, by trying for
+//!   the tag again (Linux's `blk_mq_mark_tag_wait`).
+//! * **nothing in the driver**: after the mark the give-up sums the hardware queues'
+//!   counts of requests in the driver (a load per hardware queue, the slow path). Each
+//!   count is paired with the mark as above: a count seen above zero belongs to a request
+//!   whose completion comes after the mark and sees it. All zero: no completion is coming,
+//!   and the platform is asked for a rerun after [`RESOURCE_DELAY_NS`]
+//!   ([`Platform::kick_after`]).
+//! * **a budget or tag given back without a completion** (`budget_returned`) reruns the
+//!   waiting hardware queues that nobody runs now, and leaves the marks of those that run
+//!   (the runner that gave it back, or one mid-attempt elsewhere, which marked before its
+//!   look): rerunning them would have two runners chase each other's tails while the
+//!   resource stays short. As before, a give-up counts on completions and the platform,
+//!   not on this rerun.
+//!
+//! A mark made before an attempt (or a tag's second try) that went through is drained by
+//! the next completion, which runs the queue once for nothing: a recovery on a host of
+//! several hardware queues costs one rerun, nothing on the fast path.
+
 //! # Layout
 //!
 //! A tree of 64-bit words: a bit per hardware queue in the leaves, and in each level above a
@@ -55,7 +99,7 @@ use crate::tagset::TagSetFlags;
 use super::host::Host;
 use crate::tagset::MAX_HW_QUEUES;
 
-use super::{EPOCH_ONE, IN_DRIVER, PENDING, RequestQueue};
+use super::{ARMED, GAVE_UP, PENDING, RUNNING, RequestQueue};
 
 /// How long a dispatch that ran short with nothing in flight waits for the platform's
 /// rerun (Linux's `BLK_MQ_RESOURCE_DELAY`, 3 ms), through [`Platform::kick_after`].
@@ -107,43 +151,36 @@ impl<D: Driver> Host<D> {
         self.run_due(u64::MAX, &mut next)
     }
 
-    /// After a completion or requeue: rerun exactly the hardware queues that wait.
+    /// After a completion or requeue: rerun exactly the hardware queues that wait. The
+    /// resource was given back before: this is the completion's look at the marks.
     #[inline]
     pub(super) fn restart(&self) {
-        self.restart_after(0);
-    }
-
-    /// [`restart`](Self::restart) after `out` requests left the driver, counted off in the
-    /// same locked operation that moves the epoch.
-    #[inline]
-    pub(super) fn restart_after(&self, out: u64) {
-        debug_assert!(out <= IN_DRIVER);
-        // Adding `EPOCH_ONE - out` takes `out` from the low half (which holds at least that
-        // many) and adds one to the high half.
-        self.flight
-            .fetch_add(EPOCH_ONE.wrapping_sub(out), Ordering::SeqCst);
-        seqcst_pair();
+        // `is_empty` is one SeqCst load of the root, fenced: nothing written.
         if self.restart.is_empty() {
             return;
         }
         self.restart_slow();
     }
 
-    #[cold]
-    fn restart_slow(&self) {
-        self.rerun_waiting(None);
+    /// [`restart`](Self::restart) after `out` requests of hardware queue `hctx` left the
+    /// driver: its count goes down first (the count is a resource a give-up looks at).
+    #[inline]
+    pub(super) fn restart_after(&self, hctx: usize, out: usize) {
+        self.driver_ended(hctx, out);
+        seqcst_pair();
+        self.restart();
     }
 
-    /// Reruns every hardware queue waiting for a completion, but `except` (a queue slot and
-    /// a hardware queue), and clears the marks.
-    fn rerun_waiting(&self, except: Option<(usize, usize)>) {
+    #[cold]
+    fn restart_slow(&self) {
+        self.rerun_waiting();
+    }
+
+    /// Reruns every hardware queue waiting for a completion, and clears the marks.
+    fn rerun_waiting(&self) {
         self.restart.drain(|slot| {
             if let Some(queue) = self.queue_at(slot) {
-                queue.restart.drain(|hctx| {
-                    if except != Some((slot, hctx)) {
-                        queue.rerun(hctx);
-                    }
-                });
+                queue.restart.drain(|hctx| queue.rerun(hctx));
             }
         });
     }
@@ -180,25 +217,86 @@ impl<D: Driver> RequestQueue<D> {
         }
     }
 
-    /// A runner gave back a budget or a driver tag without a completion: other hardware
-    /// queues waiting for one run again (not the runner itself, which is about to give up
-    /// and mark itself; marking it here would make it chase its own tail).
-    pub(super) fn budget_returned(&self, runner: usize) {
-        if !self.host.restart.is_empty() {
-            self.host.rerun_waiting(Some((self.slot, runner)));
+    /// A runner gave back a budget or a driver tag without a completion: the hardware
+    /// queues waiting for one that nobody runs now run again. Not the runner itself, nor
+    /// any other mid-attempt (rerunning them here would have two runners chase each
+    /// other's tails while the resource stays short); their marks stay for the
+    /// completions. As before, a give-up does not count on this rerun: it waits for a
+    /// completion or the platform.
+    pub(super) fn budget_returned(&self) {
+        if self.host.restart.is_empty() {
+            return;
         }
+        let host = &self.host;
+        // Every queue with a waiting hardware queue: its bit in the host's set stays (the
+        // next completion's drain clears it), its waiting hardware queues run.
+        host.restart.take_where(
+            |slot| {
+                if slot == self.slot {
+                    self.rerun_resting();
+                } else if let Some(queue) = host.queue_at(slot) {
+                    queue.rerun_resting();
+                }
+                false
+            },
+            |_| {},
+        );
     }
 
-    /// The dispatch gives up: requests back, restart marked, and the completion epoch
-    /// checked so a completion that came in meanwhile is not missed.
-    pub(super) fn give_up(
-        &self,
-        hctx: usize,
-        batch: &mut VecDeque<Rq>,
-        epoch: u64,
-        status: Status,
-    ) {
-        self.give_up_for(hctx, batch, epoch, status, RESOURCE_DELAY_NS);
+    /// Reruns the marked hardware queues that nobody runs now, unmarking them; a marked one
+    /// that is running (the runner that gave something back, or one mid-attempt elsewhere)
+    /// keeps its mark for the completions to come: it marked before its look, and its own
+    /// give-up settles whether it goes round.
+    fn rerun_resting(&self) {
+        self.restart.take_where(
+            |hctx| self.hctxs[hctx].run_claim.load(Ordering::SeqCst) & RUNNING == 0,
+            |hctx| self.rerun(hctx),
+        );
+    }
+
+    /// Before an attempt to issue on `hctx` (as its runner): notes the hardware queue's
+    /// completions so far, and when the last attempt gave up on a host of several hardware
+    /// queues, marks the restart *first*
+    /// (Linux's `blk_mq_sched_mark_restart_hctx`), so that a failing attempt had the mark
+    /// set already and no completion after it can miss it. The common case reads the
+    /// runner's own line and the hardware queue's count, and writes only the runner's line.
+    #[inline]
+    pub(super) fn arm_restart(&self, hctx: usize) {
+        let h = &self.hctxs[hctx];
+        // The runner's alone (written under the run claim only).
+        let state = h.look.load(Ordering::Relaxed);
+        let mut next = u64::from(self.host.driver_ends(hctx));
+        // With one hardware queue its completions are all of them, and the compare after
+        // the mark sees every one: no mark needed before.
+        if state & GAVE_UP != 0 && self.host.nr_hw_queues() > 1 {
+            self.mark_restart(hctx);
+            next |= ARMED;
+        }
+        h.look.store(next, Ordering::Relaxed);
+    }
+
+    /// As `hctx`'s runner, before a look at what it lacks: marks `hctx` waiting, and notes
+    /// that the look to come is after the mark.
+    pub(super) fn mark_restart_before(&self, hctx: usize) {
+        self.mark_restart(hctx);
+        let h = &self.hctxs[hctx];
+        h.look
+            .store(h.look.load(Ordering::Relaxed) | ARMED, Ordering::Relaxed);
+    }
+
+    /// Marks `hctx` waiting, in its queue's set and the queue in its host's (the host's
+    /// root written last, fenced).
+    fn mark_restart(&self, hctx: usize) {
+        self.restart.mark(hctx);
+        self.host.restart.mark(self.slot);
+    }
+
+    /// The dispatch gives up: requests back, restart marked, and the second look (see the
+    /// module documentation): a completion of its hardware queue since the attempt began,
+    /// or a first give-up on a host of several hardware queues, goes round again; with
+    /// nothing in the driver the platform reruns it.
+    pub(super) fn give_up(&self, hctx: usize, batch: &mut VecDeque<Rq>, status: Status) {
+        self.give_up_for(hctx, batch, status, RESOURCE_DELAY_NS);
     }
 
     /// [`give_up`](Self::give_up), with the delay of the platform's rerun should nothing be
@@ -207,24 +305,31 @@ impl<D: Driver> RequestQueue<D> {
         &self,
         hctx: usize,
         batch: &mut VecDeque<Rq>,
-        epoch: u64,
         status: Status,
         delay_ns: u64,
     ) {
         self.put_back(hctx, batch);
         let h = &self.hctxs[hctx];
         h.one_at_a_time.store(true, Ordering::Relaxed);
-        self.restart.mark(hctx);
-        self.host.restart.mark(self.slot);
-        seqcst_pair();
-        if self.host.epoch() != epoch {
-            // A completion came in after we read the epoch; it may have drained before our
-            // mark. Go round again ourselves.
+        // What this attempt saw; the next one marks before it tries.
+        let state = h.look.load(Ordering::Relaxed);
+        h.look.store(GAVE_UP, Ordering::Relaxed);
+        self.mark_restart(hctx);
+        // The mark is fenced: each count read now pairs with its completion's look at the
+        // marks (a count seen above zero completes after the mark and reruns us).
+        if self.host.driver_ends(hctx) != state as u32 {
+            // A completion of this hardware queue came in since the attempt began; it may
+            // have drained before our mark. Go round again ourselves.
             h.run_claim.fetch_or(PENDING, Ordering::SeqCst);
         } else if self.host.driver_idle() {
             // Nothing in flight can complete and restart us: have the platform run us.
             let _ = status;
             self.kick_after(hctx, delay_ns);
+        } else if state & ARMED == 0 && self.host.nr_hw_queues() > 1 {
+            // Marked only after the attempt, and a completion of another hardware queue
+            // between the two would not show above: it may have looked at the marks before
+            // ours. Go round again, marked first this time.
+            h.run_claim.fetch_or(PENDING, Ordering::SeqCst);
         }
     }
 }
@@ -428,6 +533,62 @@ impl RestartSet {
             handed += self.drain_below(level - 1, word * BITS + bit, rerun);
         }
         handed
+    }
+
+    /// Calls `take` with each marked index, in increasing order, and unmarks those it says
+    /// yes to, then calls `rerun` with each of them it unmarked. No bit above the leaves
+    /// is cleared, so every mark left stays as visible to a drain as before: a parent bit
+    /// over an emptied word costs the next drain a look. Returns how many it unmarked.
+    pub(crate) fn take_where(
+        &self,
+        mut take: impl FnMut(usize) -> bool,
+        mut rerun: impl FnMut(usize),
+    ) -> usize {
+        if self.is_empty() {
+            return 0;
+        }
+        self.take_below(self.levels.len() - 1, 0, &mut take, &mut rerun)
+    }
+
+    #[cold]
+    fn take_below(
+        &self,
+        level: usize,
+        word: usize,
+        take: &mut dyn FnMut(usize) -> bool,
+        rerun: &mut dyn FnMut(usize),
+    ) -> usize {
+        let here = &self.levels[level][word];
+        let mut marked = here.load(Ordering::SeqCst);
+        if level > 0 {
+            let mut handed = 0;
+            while marked != 0 {
+                let bit = marked.trailing_zeros() as usize;
+                marked &= marked - 1;
+                handed += self.take_below(level - 1, word * BITS + bit, take, rerun);
+            }
+            return handed;
+        }
+        let mut mask = 0u64;
+        while marked != 0 {
+            let bit = marked.trailing_zeros() as usize;
+            marked &= marked - 1;
+            if word * BITS + bit < self.nr_hctx && take(word * BITS + bit) {
+                mask |= 1 << bit;
+            }
+        }
+        if mask == 0 {
+            return 0;
+        }
+        // Only what is still marked is ours: a drain may have taken some meanwhile.
+        let mut taken = here.fetch_and(!mask, Ordering::SeqCst) & mask;
+        let n = taken.count_ones() as usize;
+        while taken != 0 {
+            let bit = taken.trailing_zeros() as usize;
+            taken &= taken - 1;
+            rerun(word * BITS + bit);
+        }
+        n
     }
 
     /// Unmarks `hctx` (it was run for another reason). Returns whether it was marked.

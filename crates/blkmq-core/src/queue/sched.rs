@@ -124,34 +124,34 @@ impl<D: Driver> RequestQueue<D> {
     /// Under the elevator's lock `e`, just after an insertion for `hctx`: when nothing is
     /// on `hctx`'s dispatch list and nobody runs it, claims its runner and makes the run's
     /// first pick under the same hold (none, [`Pick::Empty`], on a halted hardware queue).
-    /// Returns the epoch read before the pick and the pick, or `None` when the hardware
-    /// queue is to be run the ordinary way.
+    /// Returns the pick (made after [`arm_restart`](Self::arm_restart)), or `None` when the
+    /// hardware queue is to be run the ordinary way.
     #[inline(always)]
     pub(super) fn claim_and_pick(
         &self,
         e: &mut dyn Elevator,
         cx: &ElvCx<'_>,
         hctx: usize,
-    ) -> Option<(u64, Pick)> {
+    ) -> Option<Pick> {
         if hctx >= self.hctxs.len() || !self.claim_unqueued(hctx) {
             return None;
         }
-        let epoch = self.host.epoch();
         if self.halted(hctx) {
-            return Some((epoch, Pick::Empty));
+            return Some(Pick::Empty);
         }
-        Some((epoch, self.pick(e, cx, hctx)))
+        self.arm_restart(hctx);
+        Some(self.pick(e, cx, hctx))
     }
 
     /// After an insertion for `hctx`, with the elevator's lock let go: the run that
     /// [`claim_and_pick`](Self::claim_and_pick) began, or an ordinary run sharing the
     /// time the insertion read, if it read one.
     #[inline(always)]
-    pub(super) fn run_after_insert(&self, hctx: usize, claim: Option<(u64, Pick)>, cx: &ElvCx<'_>) {
+    pub(super) fn run_after_insert(&self, hctx: usize, claim: Option<Pick>, cx: &ElvCx<'_>) {
         match claim {
-            Some((epoch, pick)) => {
-                if self.serve_pick(hctx, epoch, pick) {
-                    self.dispatch_elevator(hctx, epoch, None);
+            Some(pick) => {
+                if self.serve_pick(hctx, pick) {
+                    self.dispatch_elevator(hctx, None);
                 }
                 self.finish_run(hctx);
             }
@@ -193,6 +193,7 @@ impl<D: Driver> RequestQueue<D> {
             match e.bio_merge(&cx, bio) {
                 Ok(()) => {
                     drop(guard);
+                    self.account_bio_merge(&bio, hctx);
                     drop(usage);
                     return Ok(Ok(()));
                 }
@@ -210,6 +211,7 @@ impl<D: Driver> RequestQueue<D> {
         };
         // INVARIANT: the request holds the usage reference until it is freed.
         usage.hand_to_request();
+        self.account_start(&mut rq, cpu, hctx);
         e.prepare_request(&cx, &mut rq);
         if let Some(plug) = plug {
             drop(guard);
@@ -281,7 +283,7 @@ impl<D: Driver> RequestQueue<D> {
     /// hold of the elevator's lock with the budget and the check for more work.
     ///
     /// `now`: the time the caller read, for the first pick.
-    pub(super) fn dispatch_elevator(&self, hctx: usize, epoch: u64, mut now: Option<u64>) {
+    pub(super) fn dispatch_elevator(&self, hctx: usize, mut now: Option<u64>) {
         loop {
             if self.halted(hctx) {
                 return;
@@ -298,7 +300,7 @@ impl<D: Driver> RequestQueue<D> {
                 };
                 self.pick(&mut **e, &elv_cx, hctx)
             };
-            if !self.serve_pick(hctx, epoch, pick) {
+            if !self.serve_pick(hctx, pick) {
                 return;
             }
         }
@@ -310,32 +312,26 @@ impl<D: Driver> RequestQueue<D> {
     /// work inserted since then asked for a run of its own, which this runner's
     /// [`finish_run`](Self::finish_run) sees.
     #[inline(always)]
-    fn serve_pick(&self, hctx: usize, epoch: u64, pick: Pick) -> bool {
+    fn serve_pick(&self, hctx: usize, pick: Pick) -> bool {
         let h = &self.hctxs[hctx];
         let cx = self.cx(hctx);
         let driver = self.driver();
         let (rq, more, time) = match pick {
             Pick::Empty => return false,
             Pick::NoBudget => {
-                self.give_up(hctx, &mut h.run_batch.lock(), epoch, Status::Resource);
+                self.give_up(hctx, &mut h.run_batch.lock(), Status::Resource);
                 return false;
             }
             Pick::Held => {
                 // Work held back (a higher class in flight, idling): wait for a completion
                 // like any give-up, or for the platform when nothing is in flight.
                 driver.put_budget(&cx);
-                self.budget_returned(hctx);
+                self.budget_returned();
                 let now = self.platform().now_ns();
                 let delay = self
                     .next_timer()
                     .map_or(RESOURCE_DELAY_NS, |at| at.saturating_sub(now));
-                self.give_up_for(
-                    hctx,
-                    &mut h.run_batch.lock(),
-                    epoch,
-                    Status::Resource,
-                    delay,
-                );
+                self.give_up_for(hctx, &mut h.run_batch.lock(), Status::Resource, delay);
                 return false;
             }
             Pick::Got { rq, more, time } => (rq, more, time),
@@ -345,7 +341,7 @@ impl<D: Driver> RequestQueue<D> {
             // Another hardware queue's request: its own runner issues it (and checks
             // whether that queue may dispatch), so `last` and commits stay per queue.
             driver.put_budget(&cx);
-            self.budget_returned(hctx);
+            self.budget_returned();
             self.push_dispatch(own, rq, false);
             self.run_hw_queue(own);
             return more;
@@ -355,7 +351,7 @@ impl<D: Driver> RequestQueue<D> {
             Issued::GaveUp(rq, status) => {
                 let mut batch = h.run_batch.lock();
                 batch.push_back(rq);
-                self.give_up(hctx, &mut batch, epoch, status);
+                self.give_up(hctx, &mut batch, status);
                 false
             }
         }

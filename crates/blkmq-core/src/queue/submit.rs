@@ -279,6 +279,7 @@ impl<D: Driver> RequestQueue<D> {
         if mergeable {
             if let Some(plug) = plug.as_deref_mut() {
                 if plug.try_merge(self, bio) {
+                    self.account_bio_merge(bio, hctx);
                     return Ok(());
                 }
             }
@@ -299,22 +300,32 @@ impl<D: Driver> RequestQueue<D> {
             }
         } else {
             if mergeable && self.try_ctx_merge(cpu, kind, bio) {
+                self.account_bio_merge(bio, hctx);
                 return Ok(());
             }
             usage
         };
-        let rq = match self
-            .tags()
-            .alloc_with_bio(&Alloc::new(hctx, cpu), *bio, segments)
-        {
-            Ok(rq) => self.traced(crate::trace::Action::GetRq, rq),
-            Err((e, bio)) => return self.alloc_failed(usage, e, bio),
+        let cached = match plug.as_deref_mut() {
+            Some(plug) if !elevated => self.take_cached(plug, bio, segments, cpu, hctx),
+            _ => None,
         };
+        let mut rq = match cached {
+            Some(rq) => rq,
+            None => match self
+                .tags()
+                .alloc_with_bio(&Alloc::new(hctx, cpu), *bio, segments)
+            {
+                Ok(rq) => rq,
+                Err((e, bio)) => return self.alloc_failed(usage, e, bio),
+            },
+        };
+        self.trace_rq(crate::trace::Action::GetRq, &rq);
+        self.account_start(&mut rq, cpu, hctx);
         // INVARIANT: the request holds the usage reference until it is freed.
         usage.hand_to_request();
         match plug {
             _ if sequenced => self.flush_insert(rq),
-            Some(plug) => plug.add(self, rq),
+            Some(plug) => plug.add_sized(self, rq, u64::from(bio.sectors)),
             // The common submission: issued at once on an idle hardware queue.
             None if !elevated && bio.op != Op::Flush => self.issue_direct(rq, cpu, hctx, kind),
             None => {
@@ -323,6 +334,26 @@ impl<D: Driver> RequestQueue<D> {
             }
         }
         Ok(())
+    }
+
+    /// A request of `plug`'s cache carrying `bio` (with its data segments `segments`), for
+    /// hardware queue `hctx`; `None` when the cache has none for it. A cached token that is
+    /// no longer ours (the tags were replaced since) empties the cache.
+    #[inline]
+    fn take_cached<'q>(
+        &'q self,
+        plug: &mut Plug<'q, D>,
+        bio: &Bio,
+        segments: crate::segment::SegSpan,
+        cpu: usize,
+        hctx: usize,
+    ) -> Option<Rq> {
+        let mut rq = plug.take_cached(self, hctx, cpu)?;
+        if !self.tags().set_cached_bio(&mut rq, *bio, segments) {
+            plug.forget_cache();
+            return None;
+        }
+        Some(rq)
     }
 
     /// With the usage reference `usage` held, no request could be had for `bio`: without
@@ -353,12 +384,12 @@ impl<D: Driver> RequestQueue<D> {
             if self.halted(hctx) {
                 self.push_ctx_for(cpu, kind, hctx, rq);
             } else {
-                let epoch = self.host.epoch();
+                self.arm_restart(hctx);
                 if let Issued::GaveUp(rq, status) = self.issue_one(hctx, hctx, rq, true, None, None)
                 {
                     let mut batch = h.run_batch.lock();
                     batch.push_back(rq);
-                    self.give_up(hctx, &mut batch, epoch, status);
+                    self.give_up(hctx, &mut batch, status);
                 }
             }
             self.finish_run(hctx);

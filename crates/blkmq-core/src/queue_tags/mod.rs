@@ -22,10 +22,12 @@ use crate::tags::TagMap;
 use crate::tagset::{BusyRq, TagSet};
 
 mod allocation;
+mod batch;
 mod sched_tags;
 mod sharing;
 
 pub use allocation::AllocFuture;
+pub(crate) use batch::FreeBatch;
 
 /// What to allocate: for which hardware queue, from which CPU, and with which limits.
 ///
@@ -646,6 +648,21 @@ impl<T, P: Platform> QueueTags<T, P> {
         first: impl FnOnce(&Rq, &Request<T>, &RqIo) -> bool,
         end: impl FnMut(Bio, Status),
     ) -> Result<Option<Rq>, Misused> {
+        self.complete_into(rq, status, first, end, None)
+    }
+
+    /// [`complete_with`](Self::complete_with), the tag of our own normal driver request
+    /// (the common case) going into `batch`, when given, to be put back with the tags of
+    /// the requests ended next to it.
+    #[inline(always)]
+    pub(crate) fn complete_into<'a>(
+        &'a self,
+        rq: Rq,
+        status: Status,
+        first: impl FnOnce(&Rq, &Request<T>, &RqIo) -> bool,
+        end: impl FnMut(Bio, Status),
+        batch: Option<&mut FreeBatch<'a, T, P>>,
+    ) -> Result<Option<Rq>, Misused> {
         let Ok((owner, request)) = self.owner(&rq) else {
             return Err(Misused::foreign(rq));
         };
@@ -668,6 +685,10 @@ impl<T, P: Platform> QueueTags<T, P> {
             if tag >= map.nr_reserved && !io.counted {
                 let cpu = io.alloc_cpu as usize;
                 request.release();
+                if let Some(batch) = batch {
+                    batch.add(map, tag - map.nr_reserved, cpu);
+                    return Ok(None);
+                }
                 return map
                     .put_normal(tag, cpu)
                     .map(|()| None)

@@ -258,4 +258,10 @@ impl<T, P: Platform> QueueTags<T, P> {
             .as_ref()
             .map_or(0, |s| s.maps.iter().map(TagMap::busy).sum())
     }
+
+    /// Scheduler tag map `m` (beside driver map `m`), when there are scheduler tags: for
+    /// state dumps.
+    pub(crate) fn sched_map(&self, m: usize) -> Option<&TagMap<T, P::RawMutex>> {
+        self.sched.as_ref()?.maps.get(m)
+    }
 }

@@ -30,6 +30,8 @@ pub(super) struct Runner<'q, T> {
     pub(super) model: Model,
     /// The wake batch the queue should have now.
     pub(super) wake_batch: usize,
+    /// Bits the last batch put gave back.
+    pub(super) batch_freed: usize,
 }
 
 impl<'q, T: Target> Runner<'q, T> {
@@ -68,6 +70,7 @@ impl<'q, T: Target> Runner<'q, T> {
                 maybe_pending: BTreeSet::new(),
             },
             wake_batch,
+            batch_freed: 0,
         })
     }
 
@@ -279,6 +282,7 @@ impl<'q, T: Target> Runner<'q, T> {
             some => some,
         };
         let batch = BitBatch::new(index << self.model.shift, mask);
+        self.batch_freed = batch.len();
         let result = self.target.put_batch(batch, self.hint(hint));
         ensure!(
             result.is_ok(),

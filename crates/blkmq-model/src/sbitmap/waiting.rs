@@ -269,10 +269,12 @@ impl<T: Target> Runner<'_, T> {
         })
     }
 
-    /// Checks who `op` woke of the waiters that were `asleep` before it: a put (one call,
-    /// however many bits) claims at most one batch of wake-ups; an allocation, a failed put, a
-    /// registration or a poll wakes nobody. (A failed batch put may: it counts the batch's
-    /// bits towards a wake-up, because it may have freed some.)
+    /// Checks who `op` woke of the waiters that were `asleep` before it: a put claims at
+    /// most one batch of wake-ups, and a batch put of `n` bits as many as `n` single puts
+    /// would: fewer than a batch of frees is left over before it, so at most
+    /// `ceil(n / wake_batch)` batches; an allocation, a failed put, a registration or a poll
+    /// wakes nobody. (A failed batch put may: it counts the batch's bits towards a wake-up,
+    /// because it may have freed some.)
     pub(super) fn check_wakes(&self, op: &Op, asleep: &[usize]) -> Result<(), String> {
         let Some(waiting) = self.waiting.as_ref() else {
             return Ok(());
@@ -283,7 +285,10 @@ impl<T: Target> Runner<'_, T> {
             .filter(|w| w.is_woken() && asleep.contains(&w.id))
             .count();
         let most = match op {
-            Op::Put { .. } | Op::PutBatch { .. } => self.wake_batch,
+            Op::Put { .. } => self.wake_batch,
+            Op::PutBatch { .. } => {
+                self.wake_batch * self.batch_freed.max(1).div_ceil(self.wake_batch.max(1))
+            }
             Op::Get { .. }
             | Op::GetShallow { .. }
             | Op::GetBatch { .. }

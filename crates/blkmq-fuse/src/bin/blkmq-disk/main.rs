@@ -10,8 +10,13 @@
 //! It serves until SIGINT or SIGTERM (or until the mount is unmounted from outside), then
 //! unmounts, flushes the device, drains the queue, syncs the backing file and prints a
 //! summary; the exit status is 0. Once a second a line on stderr gives the IOPS, MB/s,
-//! mean and 99th percentile latency of the last second, and the requests the driver holds
-//! on each hardware queue. A problem found before serving (no `/dev/fuse`, no way to
+//! mean and 99th percentile latency of the last second as the file's users saw them, then
+//! the device's side from the queue's I/O accounting (`iostat -x`'s r/s, w/s, rkB/s, wkB/s,
+//! r_await, w_await, aqu-sz and %util) and the mean number of requests on each hardware
+//! queue (allocated, not yet completed). The summary ends with the device's
+//! `/proc/diskstats` line. SIGUSR1 prints the host's state dump on stderr (each hardware
+//! queue's state, lists, tags and requests in the driver: `Host::dump`), as blk-mq's
+//! debugfs shows it, while serving goes on. A problem found before serving (no `/dev/fuse`, no way to
 //! mount, a backing file that cannot be opened or sized, no mount point) is one line on
 //! stderr and exit status 1; a bad command line, exit status 2.
 //!
@@ -66,8 +71,8 @@ mod linux {
     use std::time::{Duration, Instant};
 
     use blkmq_core::{
-        Bio, Driver, Elevator, Host, Op, QueueConfig, QueueLimits, RequestQueue, RqState,
-        SECTOR_SIZE, Status, StdPlatform, TagSet,
+        Bio, Driver, Elevator, Host, IoStats, Op, Platform, QueueConfig, QueueLimits, Rates,
+        RequestQueue, SECTOR_SIZE, Status, StdPlatform, TagSet,
     };
     use blkmq_fuse::{OpKind, ServeOptions, Served, Snapshot, serve};
     use blkmq_sched_bfq::Bfq;
@@ -123,7 +128,7 @@ mod linux {
     }
 
     fn config(args: &Args, limits: QueueLimits) -> QueueConfig {
-        let config = crate::trace::config(QueueConfig::new(limits));
+        let config = crate::trace::config(QueueConfig::new(limits).accounting(true));
         let elevator: Option<Box<dyn Elevator>> = match args.elevator {
             args::Elevator::None => None,
             args::Elevator::Deadline => Some(Box::new(Deadline::new())),
@@ -213,16 +218,15 @@ mod linux {
             .map_err(|e| backing_error(args, &format!("cannot sync it: {e}")))
     }
 
-    /// Requests the driver holds on each hardware queue of `queue` now.
-    fn in_flight<D: Driver>(host: &Host<D>, queue: &RequestQueue<D>, counts: &mut [usize]) {
-        host.set().for_each_busy(|busy| {
-            if busy.queue == queue.id() && busy.state == RqState::InFlight {
-                if let Some(n) = counts.get_mut(busy.hctx) {
-                    *n += 1;
-                }
-            }
-            true
-        });
+    /// The queue's accounting now: the whole queue, then each hardware queue, and the
+    /// platform time of the reading.
+    fn device<D: Driver>(queue: &RequestQueue<D>) -> (IoStats, Vec<IoStats>, u64) {
+        let at = queue.platform().coarse_now_ns();
+        let whole = queue.stats().unwrap_or_default();
+        let hctxs = (0..queue.nr_hw_queues())
+            .map(|h| queue.hctx_stats(h).unwrap_or_default())
+            .collect();
+        (whole, hctxs, at)
     }
 
     /// Mounts `queue`, prints a line a second until a signal (or an unmount from outside),
@@ -241,6 +245,10 @@ mod linux {
             dma_alignment,
             ..ServeOptions::default()
         };
+        // SIGUSR1: the state dump, printed by the loop below (the handler only sets a flag).
+        let dump = Arc::new(AtomicBool::new(false));
+        signal_hook::flag::register(signal_hook::consts::SIGUSR1, dump.clone())
+            .map_err(|e| format!("cannot handle SIGUSR1: {e}"))?;
         let served = serve(queue.clone(), &args.mount, &options)
             .map_err(|e| format!("cannot mount on {}: {e}", args.mount.display()))?;
         eprintln!(
@@ -255,28 +263,33 @@ mod linux {
 
         let began = Instant::now();
         let mut last = served.stats().snapshot();
+        let mut last_dev = device(queue);
         let mut tick = Instant::now();
-        // Requests in flight per hardware queue, summed over the samples of this second.
-        let hw_queues = host.set().nr_hw_queues();
-        let mut sums = vec![0usize; hw_queues];
-        let mut samples = 0usize;
         while !stop.load(Ordering::Relaxed) && served.is_serving() {
             std::thread::sleep(Duration::from_millis(50));
-            in_flight(host, queue, &mut sums);
-            samples += 1;
+            if dump.swap(false, Ordering::Relaxed) {
+                // Formatted first: no queue lock is held while stderr blocks.
+                let text = host.dump().to_string();
+                let _ = std::io::stderr().write_all(text.as_bytes());
+            }
             if tick.elapsed() >= Duration::from_secs(1) {
                 let now = served.stats().snapshot();
+                let now_dev = device(queue);
                 if !args.quiet {
-                    let mean: Vec<f64> = sums
+                    let elapsed = now_dev.2.saturating_sub(last_dev.2);
+                    let rates = now_dev.0.since(&last_dev.0, elapsed);
+                    // Each hardware queue's aqu-sz: its mean number of requests.
+                    let mean: Vec<f64> = now_dev
+                        .1
                         .iter()
-                        .map(|&sum| sum as f64 / samples as f64)
+                        .zip(&last_dev.1)
+                        .map(|(now, then)| now.since(then, elapsed).aqu_sz)
                         .collect();
-                    let line = live_line(&now.since(&last), tick.elapsed(), &mean);
+                    let line = live_line(&now.since(&last), tick.elapsed(), &rates, &mean);
                     let _ = writeln!(std::io::stderr(), "{line}");
                 }
-                sums.fill(0);
-                samples = 0;
                 last = now;
+                last_dev = now_dev;
                 tick = Instant::now();
             }
         }
@@ -293,6 +306,14 @@ mod linux {
         let flushed = queue.submit_and_wait(Bio::new(Op::Flush, 0, 0));
         queue.freeze();
         eprintln!("{}", summary(&stats.snapshot(), began.elapsed(), why));
+        if let Some(device) = queue.stats() {
+            eprintln!(
+                "blkmq-disk: the device: {} requests ({} merges), {:.1}% busy; diskstats: {device}",
+                device.ios(),
+                device.merges(),
+                100.0 * device.io_ticks_ns as f64 / began.elapsed().as_nanos().max(1) as f64,
+            );
+        }
         crate::trace::finish();
         unmounted.map_err(|e| format!("unmount failed: {e}"))?;
         if flushed != Status::Ok {
@@ -330,17 +351,27 @@ mod linux {
             None => "-".into(),
         }
     }
-    /// One second's line: IOPS, MB/s, mean and p99 latency, and the mean of the requests
-    /// in flight on each hardware queue.
-    fn live_line(delta: &Snapshot, over: Duration, in_flight: &[f64]) -> String {
+    /// One second's line: IOPS, MB/s, mean and p99 latency of the file's operations; the
+    /// device's rates; the mean number of requests on each hardware queue.
+    fn live_line(delta: &Snapshot, over: Duration, dev: &Rates, in_flight: &[f64]) -> String {
         let secs = over.as_secs_f64().max(1e-9);
         let in_flight: Vec<String> = in_flight.iter().map(|n| format!("{n:.1}")).collect();
         format!(
-            "{:>9.0} IOPS {:>9.1} MB/s  mean {:>10}  p99 {:>10}  in flight per hw queue [{}]",
+            "{:>9.0} IOPS {:>9.1} MB/s  mean {:>10}  p99 {:>10}  device r/s {:.0} w/s {:.0} \
+             rkB/s {:.0} wkB/s {:.0} r_await {:.2} ms w_await {:.2} ms aqu-sz {:.2} %util {:.1}  \
+             in flight per hw queue [{}]",
             delta.ops() as f64 / secs,
             delta.bytes() as f64 / secs / 1e6,
             micros(delta.mean_latency_ns()),
             micros(delta.percentile_ns(0.99)),
+            dev.r_s,
+            dev.w_s,
+            dev.rkb_s,
+            dev.wkb_s,
+            dev.r_await_ms,
+            dev.w_await_ms,
+            dev.aqu_sz,
+            dev.util_pct,
             in_flight.join(" ")
         )
     }

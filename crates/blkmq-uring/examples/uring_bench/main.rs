@@ -1,23 +1,42 @@
 //! Random 4 KiB reads over a file, through blkmq with the io_uring driver (none,
 //! mq-deadline, BFQ) and straight on io_uring with the same generator, in paired rounds:
 //! IOPS and CPU time per I/O of each, the ratios blkmq / raw, and fio's own io_uring
-//! figure on the same file when `fio` is on the PATH.
+//! figure on the same file when `fio` is on the PATH. Before them, the responsiveness
+//! table ([`startup`]): an application's start-up reads, alone and while four writers
+//! stream, with each elevator.
 //!
 //! ```sh
 //! cargo run --release -p blkmq-uring --example uring_bench
 //! cargo run --release -p blkmq-uring --example uring_bench -- --secs 3 --rounds 3 --size-mib 2048
+//! cargo run --release -p blkmq-uring --example uring_bench -- --startup
 //! ```
 //!
 //! The file (`--file`, default `uring-bench.img` in the temporary directory) is made once,
-//! sparse then written through, so reads reach the device; later runs reuse it. A default
-//! run takes about a minute and a half. Every variant runs each round, in an order that
-//! turns from round to round; each figure is the sum over its rounds.
+//! sparse then written through, so reads reach the device; later runs reuse it (the
+//! start-up's writers write over its middle). A default run takes about a minute and a
+//! quarter. Every variant runs each round, in an order that turns from round to round.
+//! IOPS and CPU per I/O are over all rounds; the ratios to raw are medians of each
+//! round's pair (a variant and the raw run of the same round). Rounds are short and many
+//! (16 of a quarter second by default): a shared machine's load moves over seconds, so the
+//! two runs of a pair see much the same machine, and the median leaves out the pairs that
+//! straddle a change.
 //!
 //! The generator keeps `iodepth` reads in flight per thread. Straight on io_uring, each
 //! thread has a ring and reaps its completions, submitting the next read for each. Through
 //! blkmq, each thread's reads are bios whose completion submits the next bio (on the
 //! driver's reaper thread, as a completion-driven client does); the disk has one
-//! hardware queue per thread. CPU time is the process's (`getrusage`), all threads.
+//! hardware queue per thread, each thread's first reads go to a queue of its own, and
+//! the reads each reaper submits go to its own ring.
+//!
+//! CPU time is the process's (`getrusage(RUSAGE_SELF)`: user + system of every thread,
+//! so the reapers and the block layer's worker on the blkmq side, the ring threads on
+//! the raw side), from just before the threads start to just after the last read of the
+//! span has ended, divided by the reads done; both sides are measured the same way, and
+//! neither side's setup (rings, queue) nor teardown is in it. The user part is printed
+//! beside it: the block layer's own cost is there, the kernel's is the same on both sides.
+
+#[cfg(target_os = "linux")]
+mod startup;
 
 #[cfg(target_os = "linux")]
 fn main() {
@@ -40,13 +59,13 @@ mod bench {
     use std::sync::{Arc, Mutex};
     use std::time::{Duration, Instant};
 
-    use blkmq_core::{Bio, Host, Op, QueueConfig, RequestQueue, Status, StdPlatform};
+    use blkmq_core::{Bio, Host, Op, QueueConfig, QueueType, RequestQueue, Status, StdPlatform};
     use blkmq_sched_bfq::Bfq;
     use blkmq_sched_deadline::Deadline;
     use blkmq_uring::UringDisk;
     use io_uring::{IoUring, opcode, types};
 
-    const BS: usize = 4096;
+    pub(crate) const BS: usize = 4096;
     const MARK: &[u8; 16] = b"blkmq-uring-fill";
 
     struct Args {
@@ -58,18 +77,35 @@ mod bench {
         threads: Vec<usize>,
         variants: Vec<String>,
         fio: bool,
+        startup_rounds: usize,
+        startup_only: bool,
     }
+
+    const USAGE: &str = "uring_bench [flags]
+  --file PATH            the bench file (default: uring-bench.img in the temporary directory)
+  --size-mib N           its size (default 1024)
+  --secs S               seconds per variant and round (default 0.25)
+  --rounds N             paired rounds (default 16)
+  --depths D,D           iodepths (default 32,128)
+  --threads T,T          threads (default 1,2)
+  --variants V,V         of raw,none,mq-deadline,bfq (default all)
+  --no-fio               no fio line
+  --startup-rounds N     rounds of the start-up table (default 3)
+  --no-startup           no start-up table
+  --startup              the start-up table only";
 
     fn args() -> Args {
         let mut a = Args {
             file: std::env::temp_dir().join("uring-bench.img"),
             size: 1 << 30,
-            secs: 2.0,
-            rounds: 2,
+            secs: 0.25,
+            rounds: 16,
             depths: vec![32, 128],
             threads: vec![1, 2],
             variants: VARIANTS.iter().map(|v| v.to_string()).collect(),
             fio: true,
+            startup_rounds: 3,
+            startup_only: false,
         };
         let mut it = std::env::args().skip(1);
         while let Some(flag) = it.next() {
@@ -99,6 +135,13 @@ mod bench {
                     );
                 }
                 "--no-fio" => a.fio = false,
+                "--startup-rounds" => a.startup_rounds = value().parse().expect("rounds"),
+                "--no-startup" => a.startup_rounds = 0,
+                "--startup" => a.startup_only = true,
+                "--help" | "-h" => {
+                    println!("{USAGE}");
+                    std::process::exit(0);
+                }
                 // `cargo bench` style flags are ignored.
                 "--bench" => {}
                 other => panic!("unknown flag {other}"),
@@ -137,18 +180,45 @@ mod bench {
         file.sync_all().expect("sync the bench file");
     }
 
-    /// The process's CPU time (user + system), in nanoseconds.
-    fn cpu_ns() -> u64 {
+    /// The process's CPU time, all its threads (the reapers and the block layer's worker
+    /// as well as the generator's): user and system, in nanoseconds.
+    fn cpu_ns() -> (u64, u64) {
         // SAFETY: getrusage writes one rusage through the pointer.
         let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
         // SAFETY: as above; `ru` is ours.
         unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
         let tv = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
-        tv(ru.ru_utime) + tv(ru.ru_stime)
+        (tv(ru.ru_utime), tv(ru.ru_stime))
+    }
+
+    /// What a measured span took: its wall time and the process's CPU time.
+    struct Span {
+        t0: Instant,
+        cpu0: (u64, u64),
+    }
+
+    impl Span {
+        fn start() -> Self {
+            Self {
+                cpu0: cpu_ns(),
+                t0: Instant::now(),
+            }
+        }
+
+        fn end(self, ios: u64) -> Total {
+            let wall_ns = self.t0.elapsed().as_nanos() as u64;
+            let (user, sys) = cpu_ns();
+            Total {
+                ios,
+                wall_ns,
+                cpu_ns: user + sys - self.cpu0.0 - self.cpu0.1,
+                user_ns: user - self.cpu0.0,
+            }
+        }
     }
 
     /// 4 KiB-aligned buffers.
-    struct Buffers {
+    pub(crate) struct Buffers {
         ptr: *mut u8,
         layout: std::alloc::Layout,
     }
@@ -159,14 +229,14 @@ mod bench {
     unsafe impl Sync for Buffers {}
 
     impl Buffers {
-        fn new(n: usize) -> Self {
+        pub(crate) fn new(n: usize) -> Self {
             let layout = std::alloc::Layout::from_size_align(n * BS, BS).unwrap();
             // SAFETY: a non-zero size.
             let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
             assert!(!ptr.is_null());
             Self { ptr, layout }
         }
-        fn addr(&self, i: usize) -> u64 {
+        pub(crate) fn addr(&self, i: usize) -> u64 {
             self.ptr as u64 + (i * BS) as u64
         }
     }
@@ -179,7 +249,7 @@ mod bench {
     }
 
     /// The generator's random block: xorshift, one state per slot.
-    fn next_block(state: &mut u64, blocks: u64) -> u64 {
+    pub(crate) fn next_block(state: &mut u64, blocks: u64) -> u64 {
         let mut x = *state;
         x ^= x << 13;
         x ^= x >> 7;
@@ -189,8 +259,14 @@ mod bench {
     }
 
     /// One thread straight on io_uring: `depth` reads in flight until `until`.
-    fn raw_thread(fd: i32, blocks: u64, depth: usize, until: Instant, seed: u64) -> u64 {
-        let ring = IoUring::new((depth as u32).next_power_of_two()).expect("io_uring");
+    fn raw_thread(
+        ring: IoUring,
+        fd: i32,
+        blocks: u64,
+        depth: usize,
+        until: Instant,
+        seed: u64,
+    ) -> u64 {
         let bufs = Buffers::new(depth);
         let mut states: Vec<u64> = (0..depth as u64)
             .map(|i| seed ^ ((i + 1) * 0x9e37_79b9))
@@ -248,9 +324,9 @@ mod bench {
         retry: Mutex<Vec<Bio>>,
     }
 
-    /// One slot's generator state and count, on a cache line of its own: a slot has one
-    /// read in flight at a time, so nothing here is shared between completions.
-    #[repr(align(64))]
+    /// One slot's generator state and count. A slot has one read in flight at a time, and
+    /// a thread's reads all end on its hardware queue's reaper, so the slots are packed as
+    /// the raw side's are (four to a cache line): the generator costs both sides alike.
     struct SlotState {
         rng: AtomicU64,
         done: AtomicU64,
@@ -295,11 +371,21 @@ mod bench {
 
     fn blkmq_thread(
         queue: Arc<RequestQueue<UringDisk>>,
+        thread: usize,
         blocks: u64,
         depth: usize,
         until: Instant,
         seed: u64,
     ) -> u64 {
+        // The thread's first reads go to hardware queue `thread`, as each raw thread has a
+        // ring of its own; the reads after them are submitted by that queue's reaper.
+        let cpu = queue
+            .maps()
+            .map(QueueType::Default)
+            .and_then(|map| map.cpus_of(thread).next());
+        if let Some(cpu) = cpu {
+            queue.platform().pin_current_thread(cpu);
+        }
         let generator = Gen {
             queue,
             bufs: Buffers::new(depth),
@@ -347,7 +433,9 @@ mod bench {
     struct Total {
         ios: u64,
         wall_ns: u64,
+        /// User and system.
         cpu_ns: u64,
+        user_ns: u64,
     }
 
     impl Total {
@@ -357,6 +445,22 @@ mod bench {
         fn cpu_per_io(&self) -> f64 {
             self.cpu_ns as f64 / self.ios.max(1) as f64
         }
+        fn user_per_io(&self) -> f64 {
+            self.user_ns as f64 / self.ios.max(1) as f64
+        }
+        fn add(&mut self, other: &Total) {
+            self.ios += other.ios;
+            self.wall_ns += other.wall_ns;
+            self.cpu_ns += other.cpu_ns;
+            self.user_ns += other.user_ns;
+        }
+    }
+
+    /// The median of `v` (of an even count, the mean of the two in the middle).
+    fn median(mut v: Vec<f64>) -> f64 {
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        let n = v.len();
+        (v[(n - 1) / 2] + v[n / 2]) / 2.0
     }
 
     const VARIANTS: [&str; 4] = ["raw", "none", "mq-deadline", "bfq"];
@@ -378,21 +482,24 @@ mod bench {
                 .open(file)
                 .expect("open O_DIRECT");
             let fd = f.as_raw_fd();
-            let (cpu0, t0) = (cpu_ns(), Instant::now());
-            let until = t0 + span;
+            // Made before the span, as the blkmq side's rings are.
+            let rings: Vec<IoUring> = (0..threads)
+                .map(|_| IoUring::new((depth as u32).next_power_of_two()).expect("io_uring"))
+                .collect();
+            let measured = Span::start();
+            let until = measured.t0 + span;
             let ios: u64 = std::thread::scope(|s| {
-                let hs: Vec<_> = (0..threads)
-                    .map(|t| {
-                        s.spawn(move || raw_thread(fd, blocks, depth, until, t as u64 * 77 + 1))
+                let hs: Vec<_> = rings
+                    .into_iter()
+                    .enumerate()
+                    .map(|(t, ring)| {
+                        let seed = t as u64 * 77 + 1;
+                        s.spawn(move || raw_thread(ring, fd, blocks, depth, until, seed))
                     })
                     .collect();
                 hs.into_iter().map(|h| h.join().unwrap()).sum()
             });
-            return Total {
-                ios,
-                wall_ns: t0.elapsed().as_nanos() as u64,
-                cpu_ns: cpu_ns() - cpu0,
-            };
+            return measured.end(ios);
         }
         // Tags for every thread's reads on one hardware queue, and the one being
         // submitted while its predecessor ends.
@@ -412,22 +519,18 @@ mod bench {
             _ => {}
         }
         let queue = UringDisk::add_queue(&host, config).expect("queue");
-        let (cpu0, t0) = (cpu_ns(), Instant::now());
-        let until = t0 + span;
+        let measured = Span::start();
+        let until = measured.t0 + span;
         let ios: u64 = std::thread::scope(|s| {
             let hs: Vec<_> = (0..threads)
                 .map(|t| {
                     let q = queue.clone();
-                    s.spawn(move || blkmq_thread(q, blocks, depth, until, t as u64 * 77 + 1))
+                    s.spawn(move || blkmq_thread(q, t, blocks, depth, until, t as u64 * 77 + 1))
                 })
                 .collect();
             hs.into_iter().map(|h| h.join().unwrap()).sum()
         });
-        let total = Total {
-            ios,
-            wall_ns: t0.elapsed().as_nanos() as u64,
-            cpu_ns: cpu_ns() - cpu0,
-        };
+        let total = measured.end(ios);
         if std::env::var_os("BENCH_THREADS").is_some() {
             for t in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
                 let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
@@ -490,67 +593,100 @@ mod bench {
     pub(super) fn main() {
         let a = args();
         prepare(&a.file, a.size);
+        if a.startup_rounds > 0 {
+            startup_table(&a);
+        }
+        if a.startup_only {
+            return;
+        }
         let has_fio = a.fio
             && std::process::Command::new("fio")
                 .arg("--version")
                 .output()
                 .is_ok();
         println!(
-            "random {} KiB reads over {} ({} MiB, O_DIRECT), {} round(s) of {:.1} s per variant; \
-             figures are noisy on a shared machine",
+            "random {} KiB reads over {} ({} MiB, O_DIRECT), {} round(s) of {:.2} s per variant, \
+             the order turning each round; figures are noisy on a shared machine",
             BS / 1024,
             a.file.display(),
             a.size >> 20,
             a.rounds,
             a.secs
         );
+        println!(
+            "IOPS and CPU/IO over all rounds; CPU is the process's (getrusage: user + system, \
+             every thread, reapers included); the last two columns are medians of each \
+             round's pair with raw"
+        );
         println!();
         println!(
-            "{:>5} {:>7} {:>12} {:>10} {:>11} {:>9} {:>12}",
-            "depth", "threads", "variant", "IOPS", "CPU/IO ns", "IOPS/raw", "CPU-raw ns"
+            "{:>5} {:>7} {:>12} {:>10} {:>11} {:>11} {:>9} {:>12}",
+            "depth",
+            "threads",
+            "variant",
+            "IOPS",
+            "CPU/IO ns",
+            "user/IO ns",
+            "IOPS/raw",
+            "CPU-raw ns"
         );
+        // fio's run: a quarter of a variant's time over all rounds, a second at least.
+        let fio_secs = (a.secs * a.rounds as f64 / 4.0).max(1.0);
         let mut verdicts = Vec::new();
         for &depth in &a.depths {
             for &threads in &a.threads {
-                let mut totals = [Total::default(); VARIANTS.len()];
+                let mut rounds = Vec::new();
                 for round in 0..a.rounds {
+                    let mut totals = [Total::default(); VARIANTS.len()];
                     for k in 0..VARIANTS.len() {
                         let v = (k + round) % VARIANTS.len();
                         if !a.variants.iter().any(|x| x == VARIANTS[v]) {
                             continue;
                         }
-                        let t = run(VARIANTS[v], &a.file, a.size, depth, threads, a.secs);
-                        totals[v].ios += t.ios;
-                        totals[v].wall_ns += t.wall_ns;
-                        totals[v].cpu_ns += t.cpu_ns;
+                        totals[v] = run(VARIANTS[v], &a.file, a.size, depth, threads, a.secs);
+                    }
+                    rounds.push(totals);
+                }
+                let mut sums = [Total::default(); VARIANTS.len()];
+                for totals in &rounds {
+                    for (sum, t) in sums.iter_mut().zip(totals) {
+                        sum.add(t);
                     }
                 }
-                let raw = totals[0];
-                for (v, t) in VARIANTS.iter().zip(&totals) {
+                // Each round's variant beside that round's raw run.
+                let paired = |v: usize| {
+                    let ratios = rounds.iter().map(|r| r[v].iops() / r[0].iops());
+                    let extras = rounds.iter().map(|r| r[v].cpu_per_io() - r[0].cpu_per_io());
+                    let extras: Vec<f64> = extras.collect();
+                    let (lo, hi) = extras
+                        .iter()
+                        .fold((f64::MAX, f64::MIN), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+                    (median(ratios.collect()), median(extras), lo, hi)
+                };
+                for (v, (name, t)) in VARIANTS.iter().zip(&sums).enumerate() {
                     if t.ios == 0 {
                         continue;
                     }
-                    let (ratio, extra) = if *v == "raw" {
+                    let (ratio, extra) = if v == 0 || sums[0].ios == 0 {
                         (String::from("-"), String::from("-"))
                     } else {
-                        (
-                            format!("{:.3}", t.iops() / raw.iops()),
-                            format!("{:+.0}", t.cpu_per_io() - raw.cpu_per_io()),
-                        )
+                        let (ratio, extra, _, _) = paired(v);
+                        (format!("{ratio:.3}"), format!("{extra:+.0}"))
                     };
                     println!(
-                        "{:>5} {:>7} {:>12} {:>10.0} {:>11.0} {:>9} {:>12}",
+                        "{:>5} {:>7} {:>12} {:>10.0} {:>11.0} {:>11.0} {:>9} {:>12}",
                         depth,
                         threads,
-                        v,
+                        name,
                         t.iops(),
                         t.cpu_per_io(),
+                        t.user_per_io(),
                         ratio,
                         extra
                     );
                 }
                 let fio_line = if has_fio {
-                    match fio(&a.file, depth, threads, a.secs) {
+                    match fio(&a.file, depth, threads, fio_secs) {
                         Ok(iops) => format!("{iops:>10.0}"),
                         Err(why) => why,
                     }
@@ -562,24 +698,80 @@ mod bench {
                     })
                 };
                 println!("{:>5} {:>7} {:>12} {}", depth, threads, "fio", fio_line);
-                if depth == 32 {
-                    let none = totals[1];
-                    verdicts.push((
-                        threads,
-                        none.iops() / raw.iops(),
-                        none.cpu_per_io() - raw.cpu_per_io(),
-                    ));
+                if depth == 32 && sums[0].ios > 0 && sums[1].ios > 0 {
+                    verdicts.push((threads, paired(1)));
                 }
             }
         }
+        if verdicts.is_empty() {
+            return;
+        }
         println!();
-        for (threads, ratio, extra) in verdicts {
-            let ok = ratio >= 0.95 && extra <= 200.0;
+        let met = verdicts
+            .iter()
+            .all(|(_, (ratio, extra, _, _))| *ratio >= 0.95 && *extra <= 200.0);
+        let parts: Vec<String> = verdicts
+            .iter()
+            .map(|(threads, (ratio, extra, _, _))| {
+                format!("{ratio:.2}x IOPS, CPU/IO {extra:+.0} ns ({threads}t)")
+            })
+            .collect();
+        println!(
+            "iodepth 32: blkmq+uring(none) / raw = {}: {} (target >= 0.95x, <= +200 ns)",
+            parts.join("; "),
+            if met { "met" } else { "NOT met" }
+        );
+        for (threads, (_, _, lo, hi)) in &verdicts {
             println!(
-                "iodepth 32, {threads} thread(s): blkmq + io_uring (none) at {ratio:.3}x raw IOPS, \
-                 CPU per I/O {extra:+.0} ns: {} (target >= 0.95x, <= +200 ns)",
-                if ok { "met" } else { "NOT met" }
+                "  ({threads}t: CPU/IO over raw per round from {lo:+.0} to {hi:+.0} ns, \
+                 {} rounds)",
+                a.rounds
             );
         }
+    }
+
+    /// The responsiveness table: the start-up alone and under the writers, per elevator.
+    fn startup_table(a: &Args) {
+        use crate::startup;
+        if a.size < startup::MIN_FILE {
+            println!(
+                "start-up: not run (it wants a file of {} MiB at least)",
+                startup::MIN_FILE >> 20
+            );
+            println!();
+            return;
+        }
+        println!(
+            "start-up: {} reads of {} KiB, one at a time, over {} MiB, by a thread new to the \
+             queue; {} writers of {} KiB sequential writes, {} in flight each, streaming for \
+             {} ms first; one hardware queue of {} tags (O_DIRECT on {}); medians of {} rounds, \
+             the elevators' order turning each round",
+            startup::READS,
+            BS / 1024,
+            startup::READ_SPAN >> 20,
+            startup::WRITERS,
+            startup::WRITE_BYTES >> 10,
+            startup::WRITER_DEPTH,
+            startup::WARM_UP.as_millis(),
+            startup::DISK_DEPTH,
+            a.file.display(),
+            a.startup_rounds
+        );
+        println!();
+        println!(
+            "{:>12} | {:>17} | {:>25} | {:>8} | {:>11}",
+            "elevator", "start-up idle ms", "start-up under writers ms", "slowdown", "writers MB/s"
+        );
+        for row in startup::run(&a.file, a.size, a.startup_rounds) {
+            println!(
+                "{:>12} | {:>17.1} | {:>25.1} | {:>7.1}x | {:>11.0}",
+                row.elevator,
+                row.idle_ns as f64 / 1e6,
+                row.loaded_ns as f64 / 1e6,
+                row.slowdown(),
+                row.writers_bytes_per_sec / 1e6
+            );
+        }
+        println!();
     }
 }

@@ -1,0 +1,145 @@
+//! Where a request queue counts for its I/O accounting (`stats.rs`), and its readings.
+//!
+//! Each hook is one call from the path it counts on, behind one test of whether accounting
+//! is on; the counting itself is here.
+
+use crate::bio::Bio;
+use crate::driver::Driver;
+use crate::platform::Platform;
+use crate::request::{Rq, RqIo};
+use crate::stats::{IoStats, Latency, OpGroup};
+
+use super::RequestQueue;
+
+impl<D: Driver> RequestQueue<D> {
+    /// A request was made for a bio on `cpu` for `hctx`: stamps it and counts it in flight.
+    #[inline]
+    pub(super) fn account_start(&self, rq: &mut Rq, cpu: usize, hctx: usize) {
+        let Some(acct) = &self.acct else {
+            return;
+        };
+        let now = self.platform().coarse_now_ns();
+        if let Ok(io) = self.tags().io_mut(rq) {
+            let op = io.op();
+            io.alloc_ns = now;
+            io.acct = OpGroup::of(op) as u8 + 1;
+            acct.started(cpu, hctx, op, now);
+        }
+    }
+
+    /// `bio` merged into a request of `hctx`.
+    #[inline]
+    pub(super) fn account_bio_merge(&self, bio: &Bio, hctx: usize) {
+        if let Some(acct) = &self.acct {
+            acct.merged(self.cpu(), hctx, OpGroup::of(bio.op), false);
+        }
+    }
+
+    /// `rq` merged into another request and is about to be freed.
+    #[inline]
+    pub(super) fn account_request_merge(&self, rq: &Rq) {
+        let Some(acct) = &self.acct else {
+            return;
+        };
+        let tags = self.tags();
+        if let (Ok(request), Ok(io)) = (tags.request(rq), tags.io(rq)) {
+            if let Some(group) = counted_group(io) {
+                acct.merged(self.cpu(), request.hctx(), group, true);
+            }
+        }
+    }
+
+    /// The request `io` of `hctx` completed (not a step of a flush sequence).
+    #[inline]
+    pub(super) fn account_done(&self, hctx: usize, io: &RqIo) {
+        let Some(acct) = &self.acct else {
+            return;
+        };
+        if let Some(group) = counted_group(io) {
+            let now = self.platform().coarse_now_ns();
+            acct.done(self.cpu(), hctx, group, io.sectors(), io.alloc_ns, now);
+        }
+    }
+
+    /// The queue's I/O statistics now, summed over its hardware queues; `None` when
+    /// accounting is off ([`QueueConfig::accounting`](crate::QueueConfig::accounting)).
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use blkmq_core::testing::Hold;
+    /// let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// let config = QueueConfig::new(QueueLimits::new(1024)).accounting(true);
+    /// let queue = host.add_queue(config).unwrap();
+    /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    /// assert_eq!(queue.stats().unwrap().in_flight, [1, 0]);
+    /// let rq = host.driver().take().pop().unwrap();
+    /// queue.end_request(rq, Status::Ok).unwrap();
+    /// let stats = queue.stats().unwrap();
+    /// assert_eq!((stats.op(OpGroup::Read).ios, stats.in_flight_total()), (1, 0));
+    /// ```
+    pub fn stats(&self) -> Option<IoStats> {
+        let acct = self.acct.as_ref()?;
+        Some(acct.read(None, self.platform().coarse_now_ns()))
+    }
+
+    /// Hardware queue `hctx`'s I/O statistics now; `None` when accounting is off or there is
+    /// no such hardware queue.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use blkmq_core::testing::Null;
+    /// let tags = TagSet::builder(8).hw_queues(2);
+    /// let host = Host::new(tags, StdPlatform::with_cpus(2), Null::new()).unwrap();
+    /// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(64)).accounting(true)).unwrap();
+    /// queue.platform().pin_current_thread(1);
+    /// queue.submit(Bio::new(Op::Write, 0, 8)).unwrap();
+    /// assert_eq!(queue.hctx_stats(1).unwrap().op(OpGroup::Write).ios, 1);
+    /// assert_eq!(queue.hctx_stats(0).unwrap(), IoStats::default());
+    /// assert!(queue.hctx_stats(2).is_none());
+    /// ```
+    pub fn hctx_stats(&self, hctx: usize) -> Option<IoStats> {
+        let acct = self.acct.as_ref()?;
+        if hctx >= self.hctxs.len() {
+            return None;
+        }
+        Some(acct.read(Some(hctx), self.platform().coarse_now_ns()))
+    }
+
+    /// The latency histograms of the queue's completions, per operation group; `None` when
+    /// accounting is off.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use blkmq_core::testing::Null;
+    /// let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null::new()).unwrap();
+    /// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(64)).accounting(true)).unwrap();
+    /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    /// queue.submit(Bio::new(Op::Read, 32, 8)).unwrap();
+    /// assert_eq!(queue.latency().unwrap().count(OpGroup::Read), 2);
+    /// ```
+    pub fn latency(&self) -> Option<Latency> {
+        self.acct.as_ref().map(|acct| acct.latency())
+    }
+
+    /// Whether the queue keeps I/O statistics.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use blkmq_core::testing::Null;
+    /// let host = Host::new(TagSet::builder(8), StdPlatform::new(), Null::new()).unwrap();
+    /// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(64))).unwrap();
+    /// assert!(!queue.accounting());
+    /// ```
+    pub fn accounting(&self) -> bool {
+        self.acct.is_some()
+    }
+}
+
+/// The group a request was counted in flight for, if it was.
+#[inline]
+fn counted_group(io: &RqIo) -> Option<OpGroup> {
+    match io.acct {
+        0 => None,
+        g => Some(OpGroup::ALL[usize::from(g - 1) & 3]),
+    }
+}

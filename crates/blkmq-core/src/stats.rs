@@ -1,0 +1,740 @@
+//! I/O accounting: the fields of `/proc/diskstats` per request queue and per hardware queue,
+//! latency histograms per operation, and the arithmetic `iostat -x` does between two
+//! readings (Linux's `block/blk-core.c` `blk_account_io_*`, `update_io_ticks`,
+//! `part_stat_*`).
+//!
+//! Off unless [`QueueConfig::accounting`](crate::QueueConfig::accounting) turns it on (Linux's
+//! `QUEUE_FLAG_IO_STAT`); off, a queue pays one predictable branch at each point below and
+//! reads no clock for it.
+//!
+//! # What is counted, where
+//!
+//! * **A request made for a bio** (allocated and given the bio, Linux's
+//!   `blk_account_io_start`): the time, kept in the request; one more made for its
+//!   direction (reads; everything else); the busy time brought up to date (below).
+//! * **A bio merged into a request**, in a plug, a software queue or an elevator, and a
+//!   request merged into another (Linux's `blk_account_io_merge_bio` and
+//!   `blk_account_io_merge_request`): merges plus one for the operation; a request merged
+//!   away is counted as gone, so it leaves in flight.
+//! * **A request completed** (Linux's `blk_account_io_done`): completions, sectors and the
+//!   time from the request's allocation to now (Linux's `now - rq->start_time_ns`, whose stamp
+//!   is set at allocation too), for its operation; the same time in the operation's latency
+//!   histogram; the busy time. Each step of a flush sequence is the same request going on,
+//!   not a completion: it is counted once, when the sequence ends it.
+//!
+//! Both times come from the platform's [coarse clock](crate::Platform::coarse_now_ns) (the
+//! one the start stamp for timeouts is read from; on `StdPlatform` under Linux,
+//! `CLOCK_MONOTONIC_COARSE`), one reading at each end: a precise reading costs several times
+//! the rest of the accounting. So a single time has the coarse clock's resolution (a kernel
+//! tick there, 1 to 4 ms), while sums and means over many requests stay exact on average (a
+//! request's start and end fall at random within their ticks); a platform whose coarse
+//! clock is its precise one (the default of [`Platform`](crate::Platform)) gives exact times.
+//!
+//! Operations group as Linux's `op_stat_group`: reads; writes and write-zeroes; discards;
+//! flushes.
+//!
+//! # No line shared between CPUs written per I/O
+//!
+//! Every counter is kept per CPU and per hardware queue, each CPU's on cache lines of its own,
+//! and updated with a relaxed `fetch_add` on the caller's CPU (a thread that moves between
+//! CPUs meanwhile only adds to another CPU's line, never loses a count); a reading sums the
+//! parts. In flight is the requests made (counted on the submitting CPU) less those
+//! completed (counted on the completing one, by the completion counter it bumps anyway) and
+//! merged away, so one CPU's part may be below zero; only the sum means anything (Linux's
+//! `part_in_flight`).
+//!
+//! The busy time (`io_ticks`) follows Linux's `update_io_ticks`: a stamp of the last
+//! [tick](IO_TICK_NS) anything looked, read at each point above and written at most once per
+//! tick by whoever first sees the tick change; that one adds the ticks since the stamp when a
+//! completion brings it or anything is in flight. So the busy time has the tick's resolution,
+//! and the stamp's line is written once per tick, not per I/O.
+
+use alloc::boxed::Box;
+use core::fmt;
+
+use crossbeam_utils::CachePadded;
+
+use crate::bio::Op;
+use crate::sync::{AtomicU64, Ordering};
+
+/// The tick of the busy time (`io_ticks`), in nanoseconds: 1 ms (Linux's jiffy at `HZ=1000`).
+pub const IO_TICK_NS: u64 = 1_000_000;
+
+/// Buckets of a [`Latency`] histogram: bucket `i` holds times of at least `2^i` and below
+/// `2^(i+1)` nanoseconds (bucket 0 also holds 0), the last everything from `2^39` ns (about
+/// 9 minutes) up.
+pub const LATENCY_BUCKETS: usize = 40;
+
+/// How operations group in the counters (Linux's `enum stat_group`).
+///
+/// ```
+/// use blkmq_core::{Op, OpGroup};
+/// assert_eq!(OpGroup::of(Op::Read), OpGroup::Read);
+/// assert_eq!(OpGroup::of(Op::WriteZeroes), OpGroup::Write);
+/// assert_eq!(OpGroup::of(Op::Discard), OpGroup::Discard);
+/// assert_eq!(OpGroup::of(Op::Flush) as usize, 3);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum OpGroup {
+    /// Reads.
+    Read = 0,
+    /// Writes and write-zeroes.
+    Write = 1,
+    /// Discards.
+    Discard = 2,
+    /// Cache flushes.
+    Flush = 3,
+}
+
+impl OpGroup {
+    /// Every group, in index order.
+    pub const ALL: [OpGroup; 4] = [
+        OpGroup::Read,
+        OpGroup::Write,
+        OpGroup::Discard,
+        OpGroup::Flush,
+    ];
+
+    /// The group `op` counts in.
+    ///
+    /// ```
+    /// use blkmq_core::{Op, OpGroup};
+    /// assert_eq!(OpGroup::of(Op::Write), OpGroup::Write);
+    /// ```
+    #[inline]
+    pub const fn of(op: Op) -> OpGroup {
+        match op {
+            Op::Read => OpGroup::Read,
+            Op::Write | Op::WriteZeroes => OpGroup::Write,
+            Op::Discard => OpGroup::Discard,
+            Op::Flush => OpGroup::Flush,
+        }
+    }
+}
+
+/// The counters of one operation group in an [`IoStats`].
+///
+/// ```
+/// use blkmq_core::OpStats;
+/// let reads = OpStats { ios: 2, merges: 1, sectors: 24, nsecs: 3_000_000 };
+/// assert_eq!(reads.nsecs / reads.ios, 1_500_000); // 1.5 ms each on average
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OpStats {
+    /// Requests completed.
+    pub ios: u64,
+    /// Bios merged into a request, and requests merged into another.
+    pub merges: u64,
+    /// Sectors completed.
+    pub sectors: u64,
+    /// Time from each request's allocation to its completion, summed (ns).
+    pub nsecs: u64,
+}
+
+/// A reading of a queue's (or a hardware queue's) counters: the fields of one
+/// `/proc/diskstats` line, from [`RequestQueue::stats`](crate::RequestQueue::stats) or
+/// [`RequestQueue::hctx_stats`](crate::RequestQueue::hctx_stats).
+///
+/// `Display` writes the line without its device numbers and name, times in milliseconds as
+/// Linux does: reads (ios, merges, sectors, ms), writes (the same four), in flight, busy ms,
+/// weighted ms, discards (four), flushes (ios, ms).
+///
+/// ```
+/// use blkmq_core::{IoStats, OpStats};
+/// let mut stats = IoStats::default();
+/// stats.ops[0] = OpStats { ios: 4, merges: 1, sectors: 32, nsecs: 8_000_000 };
+/// stats.in_flight = [1, 0];
+/// stats.io_ticks_ns = 6_000_000;
+/// assert_eq!(stats.time_in_queue_ns(), 8_000_000);
+/// assert_eq!(stats.to_string(), "4 1 32 8 0 0 0 0 1 6 8 0 0 0 0 0 0");
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IoStats {
+    /// Per [`OpGroup`], indexed by `OpGroup as usize`.
+    pub ops: [OpStats; 4],
+    /// Requests in flight (made, not yet completed nor merged away): reads, then everything
+    /// else (Linux's sysfs `inflight`).
+    pub in_flight: [u64; 2],
+    /// Time with anything in flight (ns), to the [tick](IO_TICK_NS).
+    pub io_ticks_ns: u64,
+}
+
+impl IoStats {
+    /// The counters of `group`.
+    ///
+    /// ```
+    /// use blkmq_core::{IoStats, OpGroup};
+    /// assert_eq!(IoStats::default().op(OpGroup::Write).ios, 0);
+    /// ```
+    pub fn op(&self, group: OpGroup) -> &OpStats {
+        &self.ops[group as usize]
+    }
+
+    /// Requests in flight, both directions.
+    ///
+    /// ```
+    /// use blkmq_core::IoStats;
+    /// let stats = IoStats { in_flight: [2, 3], ..IoStats::default() };
+    /// assert_eq!(stats.in_flight_total(), 5);
+    /// ```
+    pub fn in_flight_total(&self) -> u64 {
+        self.in_flight[0] + self.in_flight[1]
+    }
+
+    /// Requests completed, every group.
+    ///
+    /// ```
+    /// use blkmq_core::{IoStats, OpStats};
+    /// let mut stats = IoStats::default();
+    /// stats.ops[1].ios = 3;
+    /// stats.ops[3].ios = 1;
+    /// assert_eq!(stats.ios(), 4);
+    /// ```
+    pub fn ios(&self) -> u64 {
+        self.ops.iter().map(|o| o.ios).sum()
+    }
+
+    /// Merges, every group.
+    ///
+    /// ```
+    /// use blkmq_core::IoStats;
+    /// let mut stats = IoStats::default();
+    /// stats.ops[0].merges = 2;
+    /// assert_eq!(stats.merges(), 2);
+    /// ```
+    pub fn merges(&self) -> u64 {
+        self.ops.iter().map(|o| o.merges).sum()
+    }
+
+    /// The weighted time in queue (ns): every request's time from allocation to completion,
+    /// summed (Linux's `time_in_queue`, which since 5.0 is the sum of the groups' times).
+    ///
+    /// ```
+    /// use blkmq_core::IoStats;
+    /// let mut stats = IoStats::default();
+    /// stats.ops[0].nsecs = 5;
+    /// stats.ops[1].nsecs = 7;
+    /// assert_eq!(stats.time_in_queue_ns(), 12);
+    /// ```
+    pub fn time_in_queue_ns(&self) -> u64 {
+        self.ops.iter().map(|o| o.nsecs).sum()
+    }
+
+    /// The rates between `earlier` and this reading, `elapsed_ns` apart (what `iostat -x`
+    /// prints). Counters that went back (a reading of another queue) count as no change.
+    ///
+    /// ```
+    /// use blkmq_core::{IoStats, OpStats};
+    /// let earlier = IoStats::default();
+    /// let mut later = IoStats::default();
+    /// later.ops[0] = OpStats { ios: 100, merges: 0, sectors: 800, nsecs: 200_000_000 };
+    /// later.io_ticks_ns = 500_000_000;
+    /// let rates = later.since(&earlier, 1_000_000_000);
+    /// assert_eq!(rates.r_s, 100.0);
+    /// assert_eq!(rates.rkb_s, 400.0);
+    /// assert_eq!(rates.r_await_ms, 2.0);
+    /// assert_eq!(rates.aqu_sz, 0.2);
+    /// assert_eq!(rates.util_pct, 50.0);
+    /// ```
+    pub fn since(&self, earlier: &IoStats, elapsed_ns: u64) -> Rates {
+        let secs = elapsed_ns as f64 / 1e9;
+        let per_s = |n: u64| if secs > 0.0 { n as f64 / secs } else { 0.0 };
+        let delta = |g: OpGroup| {
+            let (a, b) = (self.op(g), earlier.op(g));
+            OpStats {
+                ios: a.ios.saturating_sub(b.ios),
+                merges: a.merges.saturating_sub(b.merges),
+                sectors: a.sectors.saturating_sub(b.sectors),
+                nsecs: a.nsecs.saturating_sub(b.nsecs),
+            }
+        };
+        let await_ms = |d: &OpStats| {
+            if d.ios == 0 {
+                0.0
+            } else {
+                d.nsecs as f64 / 1e6 / d.ios as f64
+            }
+        };
+        let (r, w, d, f) = (
+            delta(OpGroup::Read),
+            delta(OpGroup::Write),
+            delta(OpGroup::Discard),
+            delta(OpGroup::Flush),
+        );
+        let ratio = |n: u64| {
+            if elapsed_ns == 0 {
+                0.0
+            } else {
+                n as f64 / elapsed_ns as f64
+            }
+        };
+        let queued = self
+            .time_in_queue_ns()
+            .saturating_sub(earlier.time_in_queue_ns());
+        let busy = self.io_ticks_ns.saturating_sub(earlier.io_ticks_ns);
+        Rates {
+            r_s: per_s(r.ios),
+            w_s: per_s(w.ios),
+            d_s: per_s(d.ios),
+            f_s: per_s(f.ios),
+            rkb_s: per_s(r.sectors) / 2.0,
+            wkb_s: per_s(w.sectors) / 2.0,
+            dkb_s: per_s(d.sectors) / 2.0,
+            rrqm_s: per_s(r.merges),
+            wrqm_s: per_s(w.merges),
+            r_await_ms: await_ms(&r),
+            w_await_ms: await_ms(&w),
+            d_await_ms: await_ms(&d),
+            f_await_ms: await_ms(&f),
+            aqu_sz: ratio(queued),
+            util_pct: (ratio(busy) * 100.0).min(100.0),
+        }
+    }
+}
+
+impl fmt::Display for IoStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ms = |ns: u64| ns / 1_000_000;
+        let [r, w, d, fl] = &self.ops;
+        write!(
+            f,
+            "{} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}",
+            r.ios,
+            r.merges,
+            r.sectors,
+            ms(r.nsecs),
+            w.ios,
+            w.merges,
+            w.sectors,
+            ms(w.nsecs),
+            self.in_flight_total(),
+            ms(self.io_ticks_ns),
+            ms(self.time_in_queue_ns()),
+            d.ios,
+            d.merges,
+            d.sectors,
+            ms(d.nsecs),
+            fl.ios,
+            ms(fl.nsecs),
+        )
+    }
+}
+
+/// What `iostat -x` prints for a device, between two [`IoStats`] readings
+/// ([`IoStats::since`]).
+///
+/// ```
+/// use blkmq_core::IoStats;
+/// let rates = IoStats::default().since(&IoStats::default(), 1_000_000_000);
+/// assert_eq!((rates.r_s, rates.util_pct), (0.0, 0.0));
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Rates {
+    /// Reads completed per second.
+    pub r_s: f64,
+    /// Writes completed per second.
+    pub w_s: f64,
+    /// Discards completed per second.
+    pub d_s: f64,
+    /// Flushes completed per second.
+    pub f_s: f64,
+    /// KiB read per second.
+    pub rkb_s: f64,
+    /// KiB written per second.
+    pub wkb_s: f64,
+    /// KiB discarded per second.
+    pub dkb_s: f64,
+    /// Read merges per second.
+    pub rrqm_s: f64,
+    /// Write merges per second.
+    pub wrqm_s: f64,
+    /// Mean time of a read, allocation to completion (ms).
+    pub r_await_ms: f64,
+    /// Mean time of a write (ms).
+    pub w_await_ms: f64,
+    /// Mean time of a discard (ms).
+    pub d_await_ms: f64,
+    /// Mean time of a flush (ms).
+    pub f_await_ms: f64,
+    /// Mean number of requests in the queue (`aqu-sz`): weighted time over elapsed time.
+    pub aqu_sz: f64,
+    /// Share of the time with anything in flight (`%util`), 0 to 100.
+    pub util_pct: f64,
+}
+
+/// Latency histograms, one per [`OpGroup`], in log2 buckets of nanoseconds (see
+/// [`LATENCY_BUCKETS`]), read from
+/// [`RequestQueue::latency`](crate::RequestQueue::latency).
+///
+/// ```
+/// use blkmq_core::{Latency, OpGroup};
+/// let mut latency = Latency::default();
+/// latency.buckets[0][Latency::bucket(1_000)] += 3; // three reads of 1 us
+/// latency.buckets[0][Latency::bucket(1 << 20)] += 1; // one of about 1 ms
+/// assert_eq!(Latency::bucket(1_000), 9); // 512 <= 1000 < 1024
+/// assert_eq!(latency.count(OpGroup::Read), 4);
+/// assert_eq!(latency.percentile_ns(OpGroup::Read, 50.0), Some(1 << 10));
+/// assert_eq!(latency.percentile_ns(OpGroup::Read, 100.0), Some(1 << 21));
+/// assert_eq!(latency.percentile_ns(OpGroup::Write, 50.0), None);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Latency {
+    /// Completions per bucket, per group (`buckets[group as usize][bucket]`).
+    pub buckets: [[u64; LATENCY_BUCKETS]; 4],
+}
+
+impl Default for Latency {
+    fn default() -> Self {
+        Self {
+            buckets: [[0; LATENCY_BUCKETS]; 4],
+        }
+    }
+}
+
+impl Latency {
+    /// The bucket a time of `ns` falls in.
+    ///
+    /// ```
+    /// use blkmq_core::{LATENCY_BUCKETS, Latency};
+    /// assert_eq!((Latency::bucket(0), Latency::bucket(1), Latency::bucket(2)), (0, 0, 1));
+    /// assert_eq!(Latency::bucket(u64::MAX), LATENCY_BUCKETS - 1);
+    /// ```
+    #[inline]
+    pub fn bucket(ns: u64) -> usize {
+        let log = 63 - (ns | 1).leading_zeros() as usize;
+        log.min(LATENCY_BUCKETS - 1)
+    }
+
+    /// Completions of `group` counted.
+    ///
+    /// ```
+    /// use blkmq_core::{Latency, OpGroup};
+    /// assert_eq!(Latency::default().count(OpGroup::Flush), 0);
+    /// ```
+    pub fn count(&self, group: OpGroup) -> u64 {
+        self.buckets[group as usize].iter().sum()
+    }
+
+    /// The upper bound (ns, exclusive) of the bucket that holds the `pct` percentile of
+    /// `group`'s times; `None` when none was counted.
+    ///
+    /// ```
+    /// use blkmq_core::{Latency, OpGroup};
+    /// let mut latency = Latency::default();
+    /// latency.buckets[1][3] = 1; // one write of 8 to 15 ns
+    /// assert_eq!(latency.percentile_ns(OpGroup::Write, 99.0), Some(16));
+    /// ```
+    pub fn percentile_ns(&self, group: OpGroup, pct: f64) -> Option<u64> {
+        let total = self.count(group);
+        if total == 0 {
+            return None;
+        }
+        // The rank, rounded up (`f64::ceil` is not in `core`).
+        let rank = (pct / 100.0) * total as f64;
+        let mut want = rank as u64;
+        if (want as f64) < rank {
+            want += 1;
+        }
+        let want = want.max(1);
+        let mut seen = 0;
+        for (i, n) in self.buckets[group as usize].iter().enumerate() {
+            seen += n;
+            if seen >= want {
+                return Some(1u64 << (i + 1));
+            }
+        }
+        Some(1u64 << LATENCY_BUCKETS)
+    }
+}
+
+// ----- the counters -----
+
+/// One CPU's counters for one hardware queue (one `/proc/diskstats` line's worth).
+struct Part {
+    ios: [AtomicU64; 4],
+    merges: [AtomicU64; 4],
+    sectors: [AtomicU64; 4],
+    nsecs: [AtomicU64; 4],
+    /// Requests made, per direction (reads; everything else).
+    started: [AtomicU64; 2],
+    /// Requests merged away, per direction.
+    gone: [AtomicU64; 2],
+}
+
+impl Part {
+    fn new() -> Self {
+        Self {
+            ios: core::array::from_fn(|_| AtomicU64::new(0)),
+            merges: core::array::from_fn(|_| AtomicU64::new(0)),
+            sectors: core::array::from_fn(|_| AtomicU64::new(0)),
+            nsecs: core::array::from_fn(|_| AtomicU64::new(0)),
+            started: core::array::from_fn(|_| AtomicU64::new(0)),
+            gone: core::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+}
+
+/// The busy time: the stamp of the last tick looked at, and the ticks counted busy.
+struct Busy {
+    stamp: AtomicU64,
+    ticks: AtomicU64,
+}
+
+impl Busy {
+    fn new(now_ns: u64) -> Self {
+        Self {
+            stamp: AtomicU64::new(now_ns / IO_TICK_NS),
+            ticks: AtomicU64::new(0),
+        }
+    }
+
+    /// Linux's `update_io_ticks`: the first to see a new tick moves the stamp to it and,
+    /// when this is a completion (`end`) or anything is in flight, counts the ticks since
+    /// the stamp as busy. Written at most once per tick; read otherwise.
+    #[inline]
+    fn update(&self, now_ns: u64, end: bool, busy: impl FnOnce() -> bool) {
+        let now = now_ns / IO_TICK_NS;
+        let stamp = self.stamp.load(Ordering::Relaxed);
+        if now > stamp
+            && self
+                .stamp
+                .compare_exchange(stamp, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+            && (end || busy())
+        {
+            self.ticks.fetch_add(now - stamp, Ordering::Relaxed);
+        }
+    }
+}
+
+/// A request queue's accounting (present only when it is on).
+pub(crate) struct Accounting {
+    nr_hctxs: usize,
+    nr_cpus: usize,
+    /// `parts[cpu * nr_hctxs + hctx]`, each on lines of its own.
+    parts: Box<[CachePadded<Part>]>,
+    /// Per CPU, per group.
+    latency: Box<[CachePadded<[[AtomicU64; LATENCY_BUCKETS]; 4]>]>,
+    /// The queue's busy time.
+    busy: CachePadded<Busy>,
+    /// Each hardware queue's.
+    hctx_busy: Box<[CachePadded<Busy>]>,
+}
+
+impl Accounting {
+    /// Counters at zero for `nr_cpus` CPUs and `nr_hctxs` hardware queues, the busy stamps at
+    /// `now_ns`.
+    pub(crate) fn new(nr_cpus: usize, nr_hctxs: usize, now_ns: u64) -> Self {
+        let (nr_cpus, nr_hctxs) = (nr_cpus.max(1), nr_hctxs.max(1));
+        Self {
+            nr_hctxs,
+            nr_cpus,
+            parts: (0..nr_cpus * nr_hctxs)
+                .map(|_| CachePadded::new(Part::new()))
+                .collect(),
+            latency: (0..nr_cpus)
+                .map(|_| {
+                    CachePadded::new(core::array::from_fn(|_| {
+                        core::array::from_fn(|_| AtomicU64::new(0))
+                    }))
+                })
+                .collect(),
+            busy: CachePadded::new(Busy::new(now_ns)),
+            hctx_busy: (0..nr_hctxs)
+                .map(|_| CachePadded::new(Busy::new(now_ns)))
+                .collect(),
+        }
+    }
+
+    #[inline(always)]
+    fn part(&self, cpu: usize, hctx: usize) -> &Part {
+        let cpu = cpu.min(self.nr_cpus - 1);
+        let hctx = hctx.min(self.nr_hctxs - 1);
+        &self.parts[cpu * self.nr_hctxs + hctx]
+    }
+
+    /// In flight on `hctx` (`None`: the whole queue), summed over CPUs: made, less
+    /// completed, less merged away. Each part is read made first, so a reading that races
+    /// with I/O may see a completion whose start it missed: clamped at zero.
+    fn in_flight(&self, hctx: Option<usize>) -> [u64; 2] {
+        let mut sum = [0u64; 2];
+        for (i, part) in self.parts.iter().enumerate() {
+            if hctx.is_some_and(|h| i % self.nr_hctxs != h) {
+                continue;
+            }
+            for (dir, s) in sum.iter_mut().enumerate() {
+                *s = s.wrapping_add(part.started[dir].load(Ordering::Relaxed));
+                *s = s.wrapping_sub(part.gone[dir].load(Ordering::Relaxed));
+            }
+            let ios = |g: OpGroup| part.ios[g as usize].load(Ordering::Relaxed);
+            sum[0] = sum[0].wrapping_sub(ios(OpGroup::Read));
+            sum[1] = sum[1].wrapping_sub(
+                ios(OpGroup::Write)
+                    .wrapping_add(ios(OpGroup::Discard))
+                    .wrapping_add(ios(OpGroup::Flush)),
+            );
+        }
+        sum.map(|s| if (s as i64) < 0 { 0 } else { s })
+    }
+
+    fn any_in_flight(&self, hctx: Option<usize>) -> bool {
+        let [r, w] = self.in_flight(hctx);
+        r + w != 0
+    }
+
+    /// The busy stamps brought to `now_ns` on `hctx` and the queue.
+    #[inline]
+    fn tick(&self, hctx: usize, now_ns: u64, end: bool) {
+        let hctx = hctx.min(self.nr_hctxs - 1);
+        self.busy.update(now_ns, end, || self.any_in_flight(None));
+        self.hctx_busy[hctx].update(now_ns, end, || self.any_in_flight(Some(hctx)));
+    }
+
+    /// A request of `op` made on `cpu` for `hctx` at `now_ns`.
+    #[inline]
+    pub(crate) fn started(&self, cpu: usize, hctx: usize, op: Op, now_ns: u64) {
+        self.tick(hctx, now_ns, false);
+        let dir = usize::from(op.is_write());
+        self.part(cpu, hctx).started[dir].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A merge of `group` on `cpu`, `hctx`; `merged_away` when a made request went with it.
+    #[inline]
+    pub(crate) fn merged(&self, cpu: usize, hctx: usize, group: OpGroup, merged_away: bool) {
+        let part = self.part(cpu, hctx);
+        part.merges[group as usize].fetch_add(1, Ordering::Relaxed);
+        if merged_away {
+            let dir = usize::from(group != OpGroup::Read);
+            part.gone[dir].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A request of `group` of `sectors`, made at `start_ns`, completed on `cpu` at `now_ns`.
+    #[inline]
+    pub(crate) fn done(
+        &self,
+        cpu: usize,
+        hctx: usize,
+        group: OpGroup,
+        sectors: u64,
+        start_ns: u64,
+        now_ns: u64,
+    ) {
+        self.tick(hctx, now_ns, true);
+        let took = now_ns.saturating_sub(start_ns);
+        let g = group as usize;
+        let part = self.part(cpu, hctx);
+        part.ios[g].fetch_add(1, Ordering::Relaxed);
+        part.sectors[g].fetch_add(sectors, Ordering::Relaxed);
+        part.nsecs[g].fetch_add(took, Ordering::Relaxed);
+        let cpu = cpu.min(self.nr_cpus - 1);
+        self.latency[cpu][g][Latency::bucket(took)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A reading of `hctx` (`None`: the whole queue), the busy time brought to `now_ns`.
+    pub(crate) fn read(&self, hctx: Option<usize>, now_ns: u64) -> IoStats {
+        let busy = match hctx {
+            Some(h) => {
+                let busy = &self.hctx_busy[h.min(self.nr_hctxs - 1)];
+                busy.update(now_ns, false, || self.any_in_flight(Some(h)));
+                busy
+            }
+            None => {
+                self.busy.update(now_ns, false, || self.any_in_flight(None));
+                &*self.busy
+            }
+        };
+        let mut stats = IoStats::default();
+        for (i, part) in self.parts.iter().enumerate() {
+            if hctx.is_some_and(|h| i % self.nr_hctxs != h) {
+                continue;
+            }
+            for (g, op) in stats.ops.iter_mut().enumerate() {
+                op.ios += part.ios[g].load(Ordering::Relaxed);
+                op.merges += part.merges[g].load(Ordering::Relaxed);
+                op.sectors += part.sectors[g].load(Ordering::Relaxed);
+                op.nsecs += part.nsecs[g].load(Ordering::Relaxed);
+            }
+        }
+        stats.in_flight = self.in_flight(hctx);
+        stats.io_ticks_ns = busy.ticks.load(Ordering::Relaxed) * IO_TICK_NS;
+        stats
+    }
+
+    /// The latency histograms, summed over CPUs.
+    pub(crate) fn latency(&self) -> Latency {
+        let mut latency = Latency::default();
+        for cpu in self.latency.iter() {
+            for (sum, part) in latency.buckets.iter_mut().zip(cpu.iter()) {
+                for (s, n) in sum.iter_mut().zip(part) {
+                    *s += n.load(Ordering::Relaxed);
+                }
+            }
+        }
+        latency
+    }
+}
+
+impl fmt::Debug for Accounting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Accounting")
+            .field("nr_cpus", &self.nr_cpus)
+            .field("nr_hctxs", &self.nr_hctxs)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn in_flight_moves_between_cpus_and_sums_to_zero() {
+        let acct = Accounting::new(2, 2, 0);
+        acct.started(0, 1, Op::Write, 10);
+        assert_eq!(acct.read(Some(1), 10).in_flight, [0, 1]);
+        acct.done(1, 1, OpGroup::Write, 8, 10, 40);
+        let stats = acct.read(None, 40);
+        assert_eq!(stats.in_flight, [0, 0]);
+        assert_eq!(
+            *stats.op(OpGroup::Write),
+            OpStats {
+                ios: 1,
+                merges: 0,
+                sectors: 8,
+                nsecs: 30
+            }
+        );
+        assert_eq!(acct.read(Some(0), 40), IoStats::default());
+        assert_eq!(acct.latency().buckets[1][Latency::bucket(30)], 1);
+    }
+
+    #[test]
+    fn busy_time_counts_ticks_with_anything_in_flight() {
+        let t = IO_TICK_NS;
+        let acct = Accounting::new(1, 1, 0);
+        acct.started(0, 0, Op::Read, t / 2); // same tick: nothing to add
+        acct.done(0, 0, OpGroup::Read, 8, t / 2, 3 * t + 1); // 3 ticks busy
+        assert_eq!(acct.read(None, 3 * t + 1).io_ticks_ns, 3 * t);
+        // Idle from tick 3 to 10: a start there adds nothing (nothing was in flight).
+        acct.started(0, 0, Op::Read, 10 * t);
+        assert_eq!(acct.read(None, 10 * t).io_ticks_ns, 3 * t);
+        // In flight from 10 to 12: a reading brings it up to date.
+        assert_eq!(acct.read(None, 12 * t).io_ticks_ns, 5 * t);
+        assert_eq!(acct.read(Some(0), 12 * t).io_ticks_ns, 5 * t);
+    }
+
+    #[test]
+    fn merged_away_requests_leave_in_flight() {
+        let acct = Accounting::new(1, 1, 0);
+        acct.started(0, 0, Op::Read, 0);
+        acct.started(0, 0, Op::Read, 0);
+        acct.merged(0, 0, OpGroup::Read, true);
+        acct.merged(0, 0, OpGroup::Read, false);
+        let stats = acct.read(None, 0);
+        assert_eq!(
+            (stats.op(OpGroup::Read).merges, stats.in_flight),
+            (2, [1, 0])
+        );
+    }
+}
