@@ -765,6 +765,7 @@ fn main() {
     summary(started);
     if paired {
         paired_summary();
+        paired_tracer();
         accounting_summary();
     }
 }
@@ -915,6 +916,44 @@ fn paired_summary() {
         against(batched, BATCH_TARGET)
     );
     all.settled();
+}
+
+/// A [`RingTracer`](blkmq_core::RingTracer) set against none, per `io` (direct issue, the
+/// driver ending each request inside `queue_rq`): four events per I/O (Q, G, D, C) into
+/// rings with room for a round's, drained between rounds, outside the time.
+fn paired_tracer() {
+    let n = PAIRED_IOS;
+    let rings = Arc::new(blkmq_core::RingTracer::new(IO_CPUS, 1 << 18));
+    let tags = TagSet::builder(IO_DEPTH).hw_queues(IO_CPUS);
+    let host = Host::new(
+        tags,
+        StdPlatform::with_cpus(IO_CPUS),
+        Inline::make(IO_CPUS, IO_DEPTH),
+    )
+    .expect("a valid host");
+    let config = QueueConfig::new(QueueLimits::new(CAPACITY)).tracer(rings.clone());
+    let queue = host.add_queue(config).expect("a valid queue");
+    let (set, none) = (Dev { host, queue }, Dev::<Inline>::new());
+    let ratios: Vec<f64> = (1..=THREADS)
+        .map(|threads| {
+            let traced = || {
+                let time = timed(&Direct(&set), threads, n);
+                assert_eq!(rings.dropped(), 0, "the rings hold a round");
+                rings.drain(|e| {
+                    black_box(e);
+                });
+                time
+            };
+            paired_ratio(traced, || timed(&Direct(&none), threads, n))
+        })
+        .collect();
+    set.settled();
+    none.settled();
+    println!();
+    println!(
+        "tracer: set/none = {:.2} (1t), {:.2} (2t)",
+        ratios[0], ratios[1]
+    );
 }
 
 /// I/O accounting on against off ([`QueueConfig::accounting`]), paired per I/O as `io`

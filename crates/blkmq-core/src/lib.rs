@@ -16,6 +16,9 @@
 //!   tags fairly between active queues, and adds scheduler tags for queues with an elevator.
 //! * [`Elevator`]: the I/O scheduler interface (the request orders and the merge sequence
 //!   schedulers share are the `blkmq-sched-index` crate).
+//! * [`Tracer`]: trace events at blktrace's points (Q, X, M, F, G, P, U, I, D, C, R);
+//!   [`RingTracer`] keeps them in per-CPU rings, a [`TraceEvent`] prints as a `blkparse`
+//!   line, and [`TraceSummary`] is `btt`'s latency table.
 //!
 //! ```
 //! use blkmq_core::{Alloc, Bio, Op, StdPlatform, Status, TagSet, TagSetFlags};
@@ -71,6 +74,7 @@ mod sync;
 mod tags;
 mod tagset;
 pub mod testing;
+mod trace;
 
 pub use bio::{Bio, BioFlags, EndIo, IoPrio, IoPrioClass, IssuerId, Op, SECTOR_SIZE, Status};
 pub use completion::Completion;
@@ -98,4 +102,8 @@ pub use tags::RequestInit;
 pub use tagset::{
     BusyRq, DEFAULT_MAX_QUEUES, DEFAULT_TIMEOUT_NS, MAX_DEPTH, MAX_HW_QUEUES, MAX_SCHED_DEPTH,
     TagSet, TagSetBuilder, TagSetFlags,
+};
+pub use trace::{
+    Action, NO_HCTX, Percentiles, RingTracer, Rwbs, SummaryBuilder, TraceEvent, TraceSummary,
+    Tracer,
 };

@@ -664,3 +664,72 @@ fn multi_segment_bios_allocate_nothing() {
         assert_eq!((host.set().busy(), queue.usage()), (0, 0));
     }
 }
+
+#[test]
+fn a_tracer_allocates_nothing() {
+    // Every trace point reached, a ring tracer taking each event and drained as it goes:
+    // direct issue, the fifo elevator with batches held, a plug with merges, splits.
+    let rings = std::sync::Arc::new(blkmq_core::RingTracer::new(1, 4096));
+    let traced = |inline: bool, limits: QueueLimits, elevator: bool| {
+        let host = Host::new(TagSet::builder(16), platform(), Null::new(inline)).unwrap();
+        let mut config = QueueConfig::new(limits).tracer(rings.clone());
+        if elevator {
+            config = config.elevator(Box::new(fifo::Fifo::new()));
+        }
+        let queue = host.add_queue(config).unwrap();
+        (host, queue)
+    };
+    let (direct_host, direct) = traced(true, LIMITS, false);
+    let (elv_host, elevated) = traced(false, LIMITS, true);
+    let (_split_host, split) = traced(
+        true,
+        QueueLimits {
+            max_sectors: 64,
+            ..LIMITS
+        },
+        false,
+    );
+    let mut spare = Vec::with_capacity(64);
+    let mut plug = Plug::new();
+    let mut events = 0u64;
+    let mut run = |from: u64, n: u64| {
+        for i in from..from + n {
+            direct.submit(bio(Op::Read, scattered(i))).unwrap();
+            elevated.submit(bio(Op::Write, scattered(i))).unwrap();
+            if i % 8 == 7 {
+                end_held(&elv_host, &elevated, &mut spare);
+            }
+            direct
+                .submit_plugged(
+                    &mut plug,
+                    bio(Op::Write, (i / 8 % 256) * 4096 + (i % 8) * 8),
+                )
+                .unwrap();
+            if i % 8 == 7 {
+                plug.flush();
+            }
+            split
+                .submit(Bio::new(Op::Read, scattered(i), 256).end_io(done))
+                .unwrap();
+            events += rings.drain(|e| {
+                std::hint::black_box(e);
+            }) as u64;
+        }
+    };
+    // Rounds of 8: nothing is left in the plug or the driver between runs.
+    run(0, 96);
+    let before = ended();
+    assert_no_alloc("a tracer", || run(96, IOS));
+    assert_eq!(ended() - before, 4 * IOS);
+    assert_eq!(rings.dropped(), 0);
+    // Each I/O traced from its Q to its C, at least.
+    assert!(events >= 4 * 2 * (96 + IOS), "{events} events");
+    assert_eq!(
+        (
+            direct_host.set().busy(),
+            elv_host.set().busy(),
+            direct.usage()
+        ),
+        (0, 0, 0)
+    );
+}

@@ -152,6 +152,7 @@ impl<D: Driver> RequestQueue<D> {
         let mut hctx = 0;
         let first = |rq: &Rq, request: &Request<D::Payload>, io: &RqIo| {
             hctx = request.hctx();
+            self.trace_done(request, io, status);
             self.driver().complete(&self.cx(hctx), request);
             // A step of a flush sequence: the sequence goes on, the request stays.
             if io.flush_state() != 0 {

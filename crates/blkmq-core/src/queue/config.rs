@@ -1,11 +1,13 @@
 //! How a request queue is made: its limits, elevator, scheduler tags and maps.
 
 use alloc::boxed::Box;
+use alloc::sync::Arc;
 use core::fmt;
 
 use crate::elevator::Elevator;
 use crate::limits::QueueLimits;
 use crate::queue_map::QueueMaps;
+use crate::trace::Tracer;
 
 /// How to make a [`RequestQueue`](crate::RequestQueue).
 ///
@@ -24,6 +26,9 @@ pub struct QueueConfig {
     pub nr_requests: Option<usize>,
     /// The CPU -> hardware queue maps (default: the driver's, else an even spread).
     pub maps: Option<QueueMaps>,
+    /// What the queue reports its trace events to, if anything ([`Tracer`]); set for the
+    /// queue's life. Without one, each trace point is one branch on this field, not taken.
+    pub tracer: Option<Arc<dyn Tracer>>,
     /// Whether the queue keeps I/O statistics (default off; see [`accounting`](Self::accounting)).
     pub accounting: bool,
 }
@@ -36,6 +41,7 @@ impl QueueConfig {
     /// let config = QueueConfig::new(QueueLimits::new(64));
     /// assert_eq!(config.limits.capacity, 64);
     /// assert!(config.elevator.is_none() && config.nr_requests.is_none() && config.maps.is_none());
+    /// assert!(config.tracer.is_none());
     /// ```
     pub fn new(limits: QueueLimits) -> Self {
         Self {
@@ -43,6 +49,7 @@ impl QueueConfig {
             elevator: None,
             nr_requests: None,
             maps: None,
+            tracer: None,
             accounting: false,
         }
     }
@@ -160,12 +167,35 @@ impl QueueConfig {
     }
 }
 
+impl QueueConfig {
+    /// With a tracer: the queue reports its trace events to it (see [`Tracer`]).
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use blkmq_core::testing::Hold;
+    /// use std::sync::Arc;
+    /// let rings = Arc::new(RingTracer::new(1, 16));
+    /// let host = Host::new(TagSet::builder(8), StdPlatform::with_cpus(1), Hold::new()).unwrap();
+    /// let config = QueueConfig::new(QueueLimits::new(64)).tracer(rings.clone());
+    /// let queue = host.add_queue(config).unwrap();
+    /// queue.submit(Bio::new(Op::Write, 0, 8)).unwrap();
+    /// let letters: String = rings.drain_sorted().iter().map(|e| e.action.letter()).collect();
+    /// assert_eq!(letters, "QGD"); // queued, allocated, issued: `Hold` holds it
+    /// # queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok))).unwrap();
+    /// ```
+    pub fn tracer(mut self, tracer: Arc<dyn Tracer>) -> Self {
+        self.tracer = Some(tracer);
+        self
+    }
+}
+
 impl fmt::Debug for QueueConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("QueueConfig")
             .field("limits", &self.limits)
             .field("elevator", &self.elevator.as_ref().map(|e| e.name()))
             .field("nr_requests", &self.nr_requests)
+            .field("traced", &self.tracer.is_some())
             .field("accounting", &self.accounting)
             .finish_non_exhaustive()
     }

@@ -405,6 +405,7 @@ impl<D: Driver> RequestQueue<D> {
                 return Issued::Ended;
             }
         }
+        self.trace_rq(crate::trace::Action::Issue, &rq);
         self.driver_in(hctx);
         match driver.queue_rq(&cx, rq, last) {
             Ok(()) => Issued::Queued,
@@ -413,6 +414,7 @@ impl<D: Driver> RequestQueue<D> {
                 driver.put_budget(&cx);
                 if matches!(status, Status::Resource | Status::DevResource) {
                     let _ = tags.requeue(&mut rq);
+                    self.trace_rq(crate::trace::Action::Requeue, &rq);
                     if self.has_elevator.load(Ordering::Relaxed) {
                         // Back to waiting without a driver tag, as Linux's requeue.
                         let _ = tags.put_driver_tag(&mut rq);

@@ -170,6 +170,7 @@ mod submit;
 #[cfg(all(test, feature = "std", not(loom)))]
 mod tests;
 mod timeout;
+mod trace;
 mod usage;
 mod wait;
 
@@ -313,6 +314,8 @@ pub struct RequestQueue<D: Driver> {
     timed_out: AtomicU64,
     /// Submitters waiting for the queue to thaw (see `wait.rs`).
     thaw: wait::Thaw<D>,
+    /// Where trace events go (`trace.rs`), set for the queue's life.
+    tracer: Option<Arc<dyn crate::trace::Tracer>>,
     /// I/O accounting, when on (`account.rs`).
     acct: Option<crate::stats::Accounting>,
 }
@@ -433,6 +436,7 @@ impl<D: Driver> RequestQueue<D> {
             splits: SplitPool::new(2 * capacity),
             timed_out: AtomicU64::new(0),
             thaw: lock_api::Mutex::new(wait::ThawList::default()),
+            tracer: config.tracer,
             acct: config.accounting.then(|| {
                 crate::stats::Accounting::new(nr_cpus, nr_hw, set.platform().coarse_now_ns())
             }),

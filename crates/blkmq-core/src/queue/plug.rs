@@ -309,7 +309,7 @@ impl<'q, D: Driver> Plug<'q, D> {
         if merged && newest == self.len.checked_sub(1) {
             self.last_sectors += u64::from(bio.sectors);
         }
-        merged
+        merged && queue.traced_merge(rq, bio)
     }
 
     /// Adds a fresh request, flushing first when the plug is full or its last request large.
@@ -338,6 +338,7 @@ impl<'q, D: Driver> Plug<'q, D> {
                 self.multiple_queues = true;
             }
         }
+        queue.trace_plug(self.len);
         // Flushed above when full: `len` is below `max`, at most `PLUG_MAX_MULTI`.
         self.queues[self.len] = Some(queue);
         self.rqs[self.len] = Some(rq);
@@ -505,6 +506,7 @@ impl<D: Driver> RequestQueue<D> {
 
     /// Takes a flushed plug's requests of this queue (all of `rqs`), in order.
     fn flush_plugged(&self, rqs: &mut PlugRun<'_>) {
+        self.trace_unplug(rqs.slots.len() - rqs.head);
         let elevated = self.has_elevator.load(Ordering::Relaxed);
         if elevated {
             let mut last_hctx = usize::MAX;
@@ -633,6 +635,7 @@ impl<D: Driver> RequestQueue<D> {
                     self.end_unissued(rq, Status::IoErr);
                     continue;
                 }
+                self.trace_rq(crate::trace::Action::Issue, &rq);
                 self.driver_in(hctx);
                 batch.push_back(rq);
             }
@@ -655,6 +658,7 @@ impl<D: Driver> RequestQueue<D> {
                 driver.put_budget(&cx);
                 let _ = tags.requeue(&mut rq);
                 if matches!(why, Status::Resource | Status::DevResource) {
+                    self.trace_rq(crate::trace::Action::Requeue, &rq);
                     batch.push_back(rq);
                 } else {
                     self.end_unissued(rq, if why.is_ok() { Status::IoErr } else { why });

@@ -56,6 +56,7 @@ impl<D: Driver> RequestQueue<D> {
         };
         let hctx = request.hctx();
         let _ = tags.requeue(&mut rq);
+        self.trace_rq(crate::trace::Action::Requeue, &rq);
         if self.has_elevator.load(Ordering::Relaxed) {
             let _ = tags.put_driver_tag(&mut rq);
             // Flushes bypass the elevator: it never saw this one.

@@ -203,7 +203,7 @@ impl<D: Driver> RequestQueue<D> {
         let mut alloc = Alloc::new(hctx, cpu);
         alloc.shallow_depth = e.limit_depth(bio.op, bio.flags);
         let mut rq = match tags.alloc_with_bio(&alloc, bio, segments) {
-            Ok(rq) => rq,
+            Ok(rq) => self.traced(crate::trace::Action::GetRq, rq),
             Err((error, bio)) => {
                 drop(guard);
                 return Ok(self.alloc_failed(usage, error, bio));
@@ -219,6 +219,7 @@ impl<D: Driver> RequestQueue<D> {
             return Ok(Ok(()));
         }
         // Prepared, inserted and, on an idle hardware queue, dispatched under one hold.
+        self.trace_rq(crate::trace::Action::Insert, &rq);
         e.insert_request(&cx, rq, false);
         let claim = self.claim_and_pick(&mut **e, &cx, hctx);
         drop(guard);
@@ -264,6 +265,7 @@ impl<D: Driver> RequestQueue<D> {
     /// else, or should the elevator be gone, at the tail of `hctx`'s dispatch list. The
     /// caller runs `hctx`.
     pub(super) fn insert(&self, rq: Rq, hctx: usize, elevated: bool, at_head: bool) {
+        self.trace_rq(crate::trace::Action::Insert, &rq);
         if elevated {
             let cx = self.elv_cx();
             let mut guard = self.elevator.lock();
@@ -486,10 +488,14 @@ impl<D: Driver> ElvBackend for RequestQueue<D> {
         self.tags().io_mut(rq)
     }
     fn append(&self, rq: &mut Rq, bio: Bio) -> Result<Result<(), Bio>, TagError> {
-        self.tags().append_bio(rq, bio)
+        let merged = self.tags().append_bio(rq, bio);
+        self.trace_merged(rq, &bio, &merged);
+        merged
     }
     fn prepend(&self, rq: &mut Rq, bio: Bio) -> Result<Result<(), Bio>, TagError> {
-        self.tags().prepend_bio(rq, bio)
+        let merged = self.tags().prepend_bio(rq, bio);
+        self.trace_merged(rq, &bio, &merged);
+        merged
     }
     fn absorb(&self, into: &mut Rq, from: &mut Rq) -> Result<bool, TagError> {
         self.tags().merge_requests(into, from)

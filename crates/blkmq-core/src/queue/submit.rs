@@ -111,6 +111,7 @@ impl<D: Driver> RequestQueue<D> {
     }
 
     fn submit_inner<'q>(&'q self, bio: Bio, plug: Option<&mut Plug<'q, D>>) -> Result<(), Bio> {
+        self.trace_bio(crate::trace::Action::Queue, &bio);
         if super::flush::is_flush_bio(&bio) {
             return self.submit_flush_bio(bio, plug);
         }
@@ -177,6 +178,7 @@ impl<D: Driver> RequestQueue<D> {
                 return Ok(());
             }
             let (first, tail) = self.splits.cut(rest, len);
+            self.trace_bio(crate::trace::Action::Split, &first);
             match self.submit_general(&first, false, plug.as_deref_mut()) {
                 Ok(()) => {
                     rest = tail;
@@ -317,6 +319,7 @@ impl<D: Driver> RequestQueue<D> {
                 Err((e, bio)) => return self.alloc_failed(usage, e, bio),
             },
         };
+        self.trace_rq(crate::trace::Action::GetRq, &rq);
         self.account_start(&mut rq, cpu, hctx);
         // INVARIANT: the request holds the usage reference until it is freed.
         usage.hand_to_request();
@@ -399,6 +402,7 @@ impl<D: Driver> RequestQueue<D> {
     fn push_ctx(&self, cpu: usize, kind: QueueType, rq: Rq) {
         let index = cpu * QueueType::ALL.len() + kind as usize;
         let ctx = &self.ctxs[index];
+        self.trace_rq(crate::trace::Action::Insert, &rq);
         ctx.list.lock().push_back(rq);
         let h = &self.hctxs[ctx.hctx];
         h.ctx_has_work[ctx.pos / 64].fetch_or(1 << (ctx.pos % 64), Ordering::SeqCst);
@@ -451,9 +455,8 @@ impl<D: Driver> RequestQueue<D> {
     fn ctx_merge_locked(&self, ctx: &SwCtx<D>, bio: &Bio) -> bool {
         let mut list = ctx.list.lock();
         let tags = self.tags();
-        list.iter_mut()
-            .rev()
-            .take(CTX_MERGE_SCAN)
-            .any(|rq| crate::merge::merge_into(tags, &self.limits, rq, bio))
+        list.iter_mut().rev().take(CTX_MERGE_SCAN).any(|rq| {
+            crate::merge::merge_into(tags, &self.limits, rq, bio) && self.traced_merge(rq, bio)
+        })
     }
 }

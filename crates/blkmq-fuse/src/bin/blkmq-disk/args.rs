@@ -20,6 +20,8 @@ SIGINT or SIGTERM; then drains, flushes and unmounts.
                       also what serves where io_uring cannot be set up)
   --name NAME         the file's name in DIR (default disk)
   --quiet             no live line, only the summary
+  --trace FILE        write the queue's trace events to FILE, one blkparse-like line
+                      each, and print the btt-like latency summary at exit
   -h, --help          this text";
 
 /// The I/O scheduler asked for.
@@ -61,6 +63,7 @@ pub(crate) struct Args {
     pub(crate) name: String,
     pub(crate) driver: DriverKind,
     pub(crate) quiet: bool,
+    pub(crate) trace: Option<PathBuf>,
 }
 
 /// What parsing gives: the arguments, or help asked for.
@@ -77,6 +80,7 @@ pub(crate) fn parse(args: impl IntoIterator<Item = String>) -> Result<Parsed, St
     let (mut hw_queues, mut depth, mut threads) = (2, 64, 32);
     let mut name = String::from("disk");
     let mut quiet = false;
+    let mut trace = None;
     let mut driver = DriverKind::Uring;
     while let Some(arg) = args.next() {
         // `--flag=value` and `--flag value` alike.
@@ -119,6 +123,7 @@ pub(crate) fn parse(args: impl IntoIterator<Item = String>) -> Result<Parsed, St
                 }
             }
             "--quiet" => quiet = true,
+            "--trace" => trace = Some(PathBuf::from(value("--trace")?)),
             other => return Err(format!("unknown argument {other:?} (see --help)")),
         }
     }
@@ -138,6 +143,7 @@ pub(crate) fn parse(args: impl IntoIterator<Item = String>) -> Result<Parsed, St
         name,
         driver,
         quiet,
+        trace,
     }))
 }
 
@@ -217,8 +223,10 @@ mod tests {
             (args.name.as_str(), args.driver),
             ("disk", DriverKind::Uring)
         );
-        let args = run("--backing d --mount m --driver pread").unwrap();
+        assert_eq!(args.trace, None);
+        let args = run("--backing d --mount m --driver pread --trace t.txt").unwrap();
         assert_eq!(args.driver, DriverKind::Pread);
+        assert_eq!(args.trace, Some(PathBuf::from("t.txt")));
         assert!(
             run("--backing d --mount m --driver aio")
                 .unwrap_err()

@@ -31,6 +31,8 @@
 mod args;
 #[cfg(target_os = "linux")]
 mod file;
+#[cfg(target_os = "linux")]
+mod trace;
 
 #[cfg(not(target_os = "linux"))]
 fn main() {
@@ -85,6 +87,7 @@ mod linux {
 
     pub(crate) fn run(args: &Args) -> Result<(), String> {
         blkmq_fuse::check_fuse().map_err(|e| e.to_string())?;
+        crate::trace::start(args.trace.as_deref())?;
         if !args.mount.is_dir() {
             return Err(format!(
                 "mount point {} is not a directory",
@@ -125,7 +128,7 @@ mod linux {
     }
 
     fn config(args: &Args, limits: QueueLimits) -> QueueConfig {
-        let config = QueueConfig::new(limits).accounting(true);
+        let config = crate::trace::config(QueueConfig::new(limits).accounting(true));
         let elevator: Option<Box<dyn Elevator>> = match args.elevator {
             args::Elevator::None => None,
             args::Elevator::Deadline => Some(Box::new(Deadline::new())),
@@ -311,6 +314,7 @@ mod linux {
                 100.0 * device.io_ticks_ns as f64 / began.elapsed().as_nanos().max(1) as f64,
             );
         }
+        crate::trace::finish();
         unmounted.map_err(|e| format!("unmount failed: {e}"))?;
         if flushed != Status::Ok {
             return Err(format!("the final flush failed: {flushed:?}"));
