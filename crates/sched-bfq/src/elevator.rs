@@ -142,7 +142,7 @@ impl Elevator for Bfq {
             // not moved through the merge sequence only to come back.
             return Err(bio);
         }
-        blkmq_sched_index::bio_merge(self, cx, bio)
+        self.bio_merge_held(cx, bio)
     }
 
     fn request_merged(&mut self, cx: &ElvCx<'_>, key: usize, kind: MergeKind) {

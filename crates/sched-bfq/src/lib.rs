@@ -575,6 +575,17 @@ impl Bfq {
         }
     }
 
+    /// [`Elevator::bio_merge`] with requests held: the merge sequence, kept out of line so
+    /// that the common call, with none held, is a test and a return.
+    #[inline(never)]
+    fn bio_merge_held(
+        &mut self,
+        cx: &ElvCx<'_>,
+        bio: blkmq_core::Bio,
+    ) -> Result<(), blkmq_core::Bio> {
+        blkmq_sched_index::bio_merge(self, cx, bio)
+    }
+
     fn grow(&mut self, nr_keys: usize) {
         self.sorted.resize(self.queues.len(), nr_keys);
         let nr_keys = self.sorted.forest().nr_keys();
