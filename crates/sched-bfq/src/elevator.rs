@@ -12,7 +12,7 @@ use blkmq_core::{Bio, BioFlags, Elevator, ElvCx, MergeKind, Op, Rq, RqIo};
 use blkmq_sched_index::HeldRequests;
 
 use crate::queue::NO_QUEUE;
-use crate::{Bfq, DISPATCH, is_sync};
+use crate::{Bfq, DISPATCH, SD_QUEUE, is_sync};
 
 impl Elevator for Bfq {
     fn name(&self) -> &'static str {
@@ -48,14 +48,17 @@ impl Elevator for Bfq {
     }
 
     fn prepare_request(&mut self, cx: &ElvCx<'_>, rq: &mut Rq) {
-        // Make the request's queue now, where allocating is expected, not at insertion.
-        let Ok(io) = cx.io(rq) else {
+        // Make the request's queue now, where allocating is expected, not at insertion,
+        // and note it in the request, so that insertion need not look it up again.
+        let Ok(io) = cx.io_mut(rq) else {
             return;
         };
         let (sync, prio, issuer) = (is_sync(io.op(), io.flags()), io.prio(), io.issuer());
-        if self.find_queue(issuer, sync, prio).is_none() {
-            self.queue_for(issuer, sync, prio, cx.now_ns());
-        }
+        let q = match self.find_queue(issuer, sync, prio) {
+            Some(q) => q,
+            None => self.queue_for(issuer, sync, prio, cx.now_ns()),
+        };
+        io.sched_data[SD_QUEUE] = u64::from(q) + 1;
     }
 
     fn insert_requests(
@@ -139,7 +142,7 @@ impl Elevator for Bfq {
             // not moved through the merge sequence only to come back.
             return Err(bio);
         }
-        blkmq_sched_index::bio_merge(self, cx, bio)
+        self.bio_merge_held(cx, bio)
     }
 
     fn request_merged(&mut self, cx: &ElvCx<'_>, key: usize, kind: MergeKind) {

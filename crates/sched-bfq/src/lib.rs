@@ -107,7 +107,7 @@ use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 use core::fmt;
 
-use blkmq_core::{BioFlags, Elevator, ElvCx, IoPrio, IssuerId, Op, Rq};
+use blkmq_core::{BioFlags, Elevator, ElvCx, IoPrio, IssuerId, Op, Rq, RqIo};
 use blkmq_sched_index::{KeyLists, SortedRequests};
 
 /// A tunable refused (shared by every scheduler).
@@ -126,6 +126,10 @@ use wf2q::{Class, EntityId, Wf2q};
 
 /// The list of requeued requests, served before any queue.
 const DISPATCH: usize = 0;
+
+/// In a request's `sched_data`: where [`Elevator::prepare_request`] notes its queue (plus
+/// one; zero: none noted).
+const SD_QUEUE: usize = 0;
 /// Async queues per group: one per class and level.
 const ASYNC_SLOTS: usize = 3 * IoPrio::LEVELS as usize;
 
@@ -396,6 +400,20 @@ impl Bfq {
         (q != NO_QUEUE).then_some(q)
     }
 
+    /// The sync queue that [`prepare_request`](Elevator::prepare_request) noted in `io`
+    /// (`sched_data[SD_QUEUE]`), if it is still `issuer`'s: what
+    /// [`find_queue`](Self::find_queue) would say. A live sync queue of an issuer is the one
+    /// its entry names: the entry is set when the queue is made (the entry naming none) and
+    /// cleared only when that queue is freed (no longer live).
+    fn prepared_queue(&self, io: &RqIo, issuer: IssuerId, sync: bool) -> Option<u32> {
+        if !sync {
+            return None;
+        }
+        let q = u32::try_from(io.sched_data[SD_QUEUE].checked_sub(1)?).ok()?;
+        let queue = self.queues.get(q as usize)?;
+        (queue.live && queue.sync && queue.issuer == issuer.0).then_some(q)
+    }
+
     /// The queue of a request, made if needed (setup: this may allocate).
     fn queue_for(&mut self, issuer: IssuerId, sync: bool, prio: IoPrio, now: u64) -> u32 {
         if let Some(q) = self.find_queue(issuer, sync, prio) {
@@ -557,6 +575,17 @@ impl Bfq {
         }
     }
 
+    /// [`Elevator::bio_merge`] with requests held: the merge sequence, kept out of line so
+    /// that the common call, with none held, is a test and a return.
+    #[inline(never)]
+    fn bio_merge_held(
+        &mut self,
+        cx: &ElvCx<'_>,
+        bio: blkmq_core::Bio,
+    ) -> Result<(), blkmq_core::Bio> {
+        blkmq_sched_index::bio_merge(self, cx, bio)
+    }
+
     fn grow(&mut self, nr_keys: usize) {
         self.sorted.resize(self.queues.len(), nr_keys);
         let nr_keys = self.sorted.forest().nr_keys();
@@ -608,6 +637,9 @@ impl Bfq {
         }
         let q = if self.info[key].counted && self.info[key].queue != NO_QUEUE {
             self.info[key].queue
+        } else if let Some(q) = self.prepared_queue(io, issuer, sync) {
+            self.check_prio(q, prio);
+            q
         } else {
             self.queue_for(issuer, sync, prio, now)
         };

@@ -9,10 +9,24 @@ const NIL: u32 = u32::MAX;
 pub(crate) struct SlotList {
     head: u32,
     tail: u32,
-    next: Vec<u32>,
-    prev: Vec<u32>,
-    on: Vec<bool>,
+    /// Per slot: its neighbours and whether it is on, together (one bounds check).
+    links: Vec<Link>,
 }
+
+/// A slot's place in the list.
+#[derive(Clone, Copy, Debug)]
+struct Link {
+    next: u32,
+    prev: u32,
+    on: bool,
+}
+
+/// A slot not on the list.
+const OFF: Link = Link {
+    next: NIL,
+    prev: NIL,
+    on: false,
+};
 
 impl SlotList {
     pub(crate) fn new() -> Self {
@@ -25,15 +39,13 @@ impl SlotList {
 
     /// Room for slots `0..n` (allocates: call when a queue slot is added).
     pub(crate) fn grow(&mut self, n: usize) {
-        if n > self.on.len() {
-            self.next.resize(n, NIL);
-            self.prev.resize(n, NIL);
-            self.on.resize(n, false);
+        if n > self.links.len() {
+            self.links.resize(n, OFF);
         }
     }
 
     pub(crate) fn contains(&self, s: u32) -> bool {
-        self.on.get(s as usize).is_some_and(|&on| on)
+        self.links.get(s as usize).is_some_and(|l| l.on)
     }
 
     pub(crate) fn front(&self) -> Option<u32> {
@@ -41,7 +53,7 @@ impl SlotList {
     }
 
     pub(crate) fn next(&self, s: u32) -> Option<u32> {
-        let n = self.next[s as usize];
+        let n = self.links[s as usize].next;
         (n != NIL).then_some(n)
     }
 
@@ -51,15 +63,15 @@ impl SlotList {
             return;
         }
         let i = s as usize;
-        self.prev[i] = self.tail;
-        self.next[i] = NIL;
+        self.links[i].prev = self.tail;
+        self.links[i].next = NIL;
         if self.tail == NIL {
             self.head = s;
         } else {
-            self.next[self.tail as usize] = s;
+            self.links[self.tail as usize].next = s;
         }
         self.tail = s;
-        self.on[i] = true;
+        self.links[i].on = true;
     }
 
     /// Takes `s` off (nothing if it is not on).
@@ -68,18 +80,18 @@ impl SlotList {
             return;
         }
         let i = s as usize;
-        let (p, n) = (self.prev[i], self.next[i]);
+        let (p, n) = (self.links[i].prev, self.links[i].next);
         if p == NIL {
             self.head = n;
         } else {
-            self.next[p as usize] = n;
+            self.links[p as usize].next = n;
         }
         if n == NIL {
             self.tail = p;
         } else {
-            self.prev[n as usize] = p;
+            self.links[n as usize].prev = p;
         }
-        self.on[i] = false;
+        self.links[i].on = false;
     }
 }
 

@@ -517,6 +517,13 @@ impl Deadline {
         }
     }
 
+    /// [`Elevator::bio_merge`] with requests held: the merge sequence, kept out of line so
+    /// that the common call, with none held, is a test and a return.
+    #[inline(never)]
+    fn bio_merge_held(&mut self, cx: &ElvCx<'_>, bio: Bio) -> Result<(), Bio> {
+        blkmq_sched_index::bio_merge(self, cx, bio)
+    }
+
     fn grow(&mut self, nr_keys: usize) {
         self.sorted.resize(NR_CLASSES * 2, nr_keys);
         let nr_keys = self.sorted.forest().nr_keys();
@@ -726,7 +733,7 @@ impl Elevator for Deadline {
             // not moved through the merge sequence only to come back.
             return Err(bio);
         }
-        blkmq_sched_index::bio_merge(self, cx, bio)
+        self.bio_merge_held(cx, bio)
     }
 
     fn finish_request(&mut self, cx: &ElvCx<'_>, rq: &Rq) {

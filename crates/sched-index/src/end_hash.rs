@@ -19,10 +19,25 @@ use crate::NIL;
 #[derive(Clone, Debug)]
 pub struct EndHash {
     buckets: Vec<u32>,
-    next: Vec<u32>,
-    end: Vec<u64>,
-    present: Vec<bool>,
+    /// Per key: its end sector, the next key of its bucket, and whether it is hashed,
+    /// together (one bounds check, one line).
+    entries: Vec<Entry>,
 }
+
+/// A key's entry.
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    end: u64,
+    next: u32,
+    present: bool,
+}
+
+/// A key not hashed.
+const ABSENT: Entry = Entry {
+    end: 0,
+    next: NIL,
+    present: false,
+};
 
 impl EndHash {
     /// An empty hash over keys `0..nr_keys`.
@@ -37,9 +52,7 @@ impl EndHash {
         let nr = nr_keys.next_power_of_two().max(16);
         Self {
             buckets: vec![NIL; nr],
-            next: vec![NIL; nr_keys],
-            end: vec![0; nr_keys],
-            present: vec![false; nr_keys],
+            entries: vec![ABSENT; nr_keys],
         }
     }
 
@@ -59,7 +72,7 @@ impl EndHash {
     /// ```
     #[inline]
     pub fn contains(&self, key: usize) -> bool {
-        self.present.get(key).is_some_and(|&p| p)
+        self.entries.get(key).is_some_and(|e| e.present)
     }
 
     /// Files `key` under `end` (moving it if it was filed under another end).
@@ -74,14 +87,14 @@ impl EndHash {
     /// ```
     #[inline]
     pub fn insert(&mut self, key: usize, end: u64) {
-        if self.present[key] {
+        if self.entries[key].present {
             self.remove(key);
         }
         let b = self.bucket(end);
-        self.end[key] = end;
-        self.next[key] = self.buckets[b];
+        self.entries[key].end = end;
+        self.entries[key].next = self.buckets[b];
         self.buckets[b] = key as u32;
-        self.present[key] = true;
+        self.entries[key].present = true;
     }
 
     /// Takes `key` out, giving back the end it was filed under (`None`: it was not in).
@@ -97,26 +110,26 @@ impl EndHash {
     /// ```
     #[inline]
     pub fn remove(&mut self, key: usize) -> Option<u64> {
-        if !self.present[key] {
+        if !self.entries[key].present {
             return None;
         }
-        let b = self.bucket(self.end[key]);
+        let b = self.bucket(self.entries[key].end);
         let mut at = self.buckets[b];
         let mut prev = NIL;
         while at != NIL {
             if at as usize == key {
                 if prev == NIL {
-                    self.buckets[b] = self.next[key];
+                    self.buckets[b] = self.entries[key].next;
                 } else {
-                    self.next[prev as usize] = self.next[key];
+                    self.entries[prev as usize].next = self.entries[key].next;
                 }
                 break;
             }
             prev = at;
-            at = self.next[at as usize];
+            at = self.entries[at as usize].next;
         }
-        self.present[key] = false;
-        Some(self.end[key])
+        self.entries[key].present = false;
+        Some(self.entries[key].end)
     }
 
     /// The keys filed under `end`, offered to `f` until it returns true; returns that key.
@@ -138,10 +151,10 @@ impl EndHash {
         let mut at = self.buckets[self.bucket(end)];
         while at != NIL {
             let k = at as usize;
-            if self.end[k] == end && f(k) {
+            if self.entries[k].end == end && f(k) {
                 return Some(k);
             }
-            at = self.next[k];
+            at = self.entries[k].next;
         }
         None
     }

@@ -23,15 +23,32 @@ use crate::NIL;
 #[derive(Clone, Debug)]
 pub struct SectorForest {
     roots: Vec<u32>,
-    left: Vec<u32>,
-    right: Vec<u32>,
-    parent: Vec<u32>,
-    priority: Vec<u32>,
-    sector: Vec<u64>,
-    /// The tree each key is in, or `NIL`.
-    tree: Vec<u32>,
+    /// Per key: its place in its tree and its sector, together (one bounds check, one
+    /// line).
+    nodes: Vec<Node>,
     seed: u32,
 }
+
+/// A key's node: its sector, children, parent, priority, and the tree it is in, or `NIL`.
+#[derive(Clone, Copy, Debug)]
+struct Node {
+    sector: u64,
+    left: u32,
+    right: u32,
+    parent: u32,
+    priority: u32,
+    tree: u32,
+}
+
+/// A key in no tree.
+const OUT: Node = Node {
+    sector: 0,
+    left: NIL,
+    right: NIL,
+    parent: NIL,
+    priority: 0,
+    tree: NIL,
+};
 
 impl SectorForest {
     /// A forest of `nr_trees` empty trees over keys `0..nr_keys`.
@@ -46,12 +63,7 @@ impl SectorForest {
     pub fn new(nr_trees: usize, nr_keys: usize) -> Self {
         Self {
             roots: vec![NIL; nr_trees],
-            left: vec![NIL; nr_keys],
-            right: vec![NIL; nr_keys],
-            parent: vec![NIL; nr_keys],
-            priority: vec![0; nr_keys],
-            sector: vec![0; nr_keys],
-            tree: vec![NIL; nr_keys],
+            nodes: vec![OUT; nr_keys],
             seed: 0x9e37_79b9,
         }
     }
@@ -75,7 +87,7 @@ impl SectorForest {
     /// ```
     #[inline]
     pub fn nr_keys(&self) -> usize {
-        self.tree.len()
+        self.nodes.len()
     }
 
     /// Adds an empty tree and returns its index (allocates when the roots array grows:
@@ -115,7 +127,7 @@ impl SectorForest {
     /// ```
     #[inline]
     pub fn contains(&self, key: usize) -> bool {
-        self.tree.get(key).is_some_and(|&t| t != NIL)
+        self.nodes.get(key).is_some_and(|n| n.tree != NIL)
     }
 
     /// The tree `key` is in, if any.
@@ -129,8 +141,8 @@ impl SectorForest {
     /// ```
     #[inline]
     pub fn tree_of(&self, key: usize) -> Option<usize> {
-        match self.tree.get(key) {
-            Some(&t) if t != NIL => Some(t as usize),
+        match self.nodes.get(key) {
+            Some(n) if n.tree != NIL => Some(n.tree as usize),
             _ => None,
         }
     }
@@ -146,7 +158,7 @@ impl SectorForest {
     /// ```
     #[inline]
     pub fn sector(&self, key: usize) -> u64 {
-        self.sector[key]
+        self.nodes[key].sector
     }
 
     /// Whether tree `t` is empty.
@@ -166,7 +178,7 @@ impl SectorForest {
     /// Orders by sector, then by key, so equal sectors have a stable order.
     #[inline]
     fn less(&self, a: u32, b: u32) -> bool {
-        (self.sector[a as usize], a) < (self.sector[b as usize], b)
+        (self.nodes[a as usize].sector, a) < (self.nodes[b as usize].sector, b)
     }
 
     /// Inserts `key` (in no tree) at `sector` into tree `t`.
@@ -182,33 +194,33 @@ impl SectorForest {
     pub fn insert(&mut self, t: usize, key: usize, sector: u64) {
         debug_assert!(!self.contains(key));
         let k = key as u32;
-        self.sector[key] = sector;
-        self.left[key] = NIL;
-        self.right[key] = NIL;
-        self.tree[key] = t as u32;
-        self.priority[key] = self.next_priority();
+        self.nodes[key].sector = sector;
+        self.nodes[key].left = NIL;
+        self.nodes[key].right = NIL;
+        self.nodes[key].tree = t as u32;
+        self.nodes[key].priority = self.next_priority();
         // Plain search-tree insert as a leaf...
         let mut parent = NIL;
         let mut at = self.roots[t];
         while at != NIL {
             parent = at;
             at = if self.less(k, at) {
-                self.left[at as usize]
+                self.nodes[at as usize].left
             } else {
-                self.right[at as usize]
+                self.nodes[at as usize].right
             };
         }
-        self.parent[key] = parent;
+        self.nodes[key].parent = parent;
         if parent == NIL {
             self.roots[t] = k;
         } else if self.less(k, parent) {
-            self.left[parent as usize] = k;
+            self.nodes[parent as usize].left = k;
         } else {
-            self.right[parent as usize] = k;
+            self.nodes[parent as usize].right = k;
         }
         // ... then up while it outranks its parent.
-        while self.parent[key] != NIL
-            && self.priority[self.parent[key] as usize] < self.priority[key]
+        while self.nodes[key].parent != NIL
+            && self.nodes[self.nodes[key].parent as usize].priority < self.nodes[key].priority
         {
             self.rotate_up(k);
         }
@@ -232,12 +244,12 @@ impl SectorForest {
         let k = key as u32;
         // Down until a leaf, lifting the higher-priority child each time.
         loop {
-            let (l, r) = (self.left[key], self.right[key]);
+            let (l, r) = (self.nodes[key].left, self.nodes[key].right);
             let child = match (l, r) {
                 (NIL, NIL) => break,
                 (c, NIL) | (NIL, c) => c,
                 (l, r) => {
-                    if self.priority[l as usize] > self.priority[r as usize] {
+                    if self.nodes[l as usize].priority > self.nodes[r as usize].priority {
                         l
                     } else {
                         r
@@ -246,48 +258,48 @@ impl SectorForest {
             };
             self.rotate_up(child);
         }
-        let p = self.parent[key];
-        let t = self.tree[key] as usize;
+        let p = self.nodes[key].parent;
+        let t = self.nodes[key].tree as usize;
         if p == NIL {
             self.roots[t] = NIL;
-        } else if self.left[p as usize] == k {
-            self.left[p as usize] = NIL;
+        } else if self.nodes[p as usize].left == k {
+            self.nodes[p as usize].left = NIL;
         } else {
-            self.right[p as usize] = NIL;
+            self.nodes[p as usize].right = NIL;
         }
-        self.parent[key] = NIL;
-        self.tree[key] = NIL;
+        self.nodes[key].parent = NIL;
+        self.nodes[key].tree = NIL;
     }
 
     /// Rotates `x` above its parent.
     fn rotate_up(&mut self, x: u32) {
         let xi = x as usize;
-        let p = self.parent[xi];
+        let p = self.nodes[xi].parent;
         let pi = p as usize;
-        let g = self.parent[pi];
-        if self.left[pi] == x {
-            let b = self.right[xi];
-            self.left[pi] = b;
+        let g = self.nodes[pi].parent;
+        if self.nodes[pi].left == x {
+            let b = self.nodes[xi].right;
+            self.nodes[pi].left = b;
             if b != NIL {
-                self.parent[b as usize] = p;
+                self.nodes[b as usize].parent = p;
             }
-            self.right[xi] = p;
+            self.nodes[xi].right = p;
         } else {
-            let b = self.left[xi];
-            self.right[pi] = b;
+            let b = self.nodes[xi].left;
+            self.nodes[pi].right = b;
             if b != NIL {
-                self.parent[b as usize] = p;
+                self.nodes[b as usize].parent = p;
             }
-            self.left[xi] = p;
+            self.nodes[xi].left = p;
         }
-        self.parent[pi] = x;
-        self.parent[xi] = g;
+        self.nodes[pi].parent = x;
+        self.nodes[xi].parent = g;
         if g == NIL {
-            self.roots[self.tree[xi] as usize] = x;
-        } else if self.left[g as usize] == p {
-            self.left[g as usize] = x;
+            self.roots[self.nodes[xi].tree as usize] = x;
+        } else if self.nodes[g as usize].left == p {
+            self.nodes[g as usize].left = x;
         } else {
-            self.right[g as usize] = x;
+            self.nodes[g as usize].right = x;
         }
     }
 
@@ -308,11 +320,11 @@ impl SectorForest {
         let mut at = self.roots[t];
         let mut best = NIL;
         while at != NIL {
-            if self.sector[at as usize] >= pos {
+            if self.nodes[at as usize].sector >= pos {
                 best = at;
-                at = self.left[at as usize];
+                at = self.nodes[at as usize].left;
             } else {
-                at = self.right[at as usize];
+                at = self.nodes[at as usize].right;
             }
         }
         (best != NIL).then_some(best as usize)
@@ -335,8 +347,8 @@ impl SectorForest {
         if at == NIL {
             return None;
         }
-        while self.left[at as usize] != NIL {
-            at = self.left[at as usize];
+        while self.nodes[at as usize].left != NIL {
+            at = self.nodes[at as usize].left;
         }
         Some(at as usize)
     }
@@ -358,8 +370,8 @@ impl SectorForest {
         if at == NIL {
             return None;
         }
-        while self.right[at as usize] != NIL {
-            at = self.right[at as usize];
+        while self.nodes[at as usize].right != NIL {
+            at = self.nodes[at as usize].right;
         }
         Some(at as usize)
     }
@@ -376,18 +388,18 @@ impl SectorForest {
     /// ```
     #[inline]
     pub fn next(&self, key: usize) -> Option<usize> {
-        let mut at = self.right[key];
+        let mut at = self.nodes[key].right;
         if at != NIL {
-            while self.left[at as usize] != NIL {
-                at = self.left[at as usize];
+            while self.nodes[at as usize].left != NIL {
+                at = self.nodes[at as usize].left;
             }
             return Some(at as usize);
         }
         let mut child = key as u32;
-        let mut up = self.parent[key];
-        while up != NIL && self.right[up as usize] == child {
+        let mut up = self.nodes[key].parent;
+        while up != NIL && self.nodes[up as usize].right == child {
             child = up;
-            up = self.parent[up as usize];
+            up = self.nodes[up as usize].parent;
         }
         (up != NIL).then_some(up as usize)
     }
@@ -404,18 +416,18 @@ impl SectorForest {
     /// ```
     #[inline]
     pub fn prev(&self, key: usize) -> Option<usize> {
-        let mut at = self.left[key];
+        let mut at = self.nodes[key].left;
         if at != NIL {
-            while self.right[at as usize] != NIL {
-                at = self.right[at as usize];
+            while self.nodes[at as usize].right != NIL {
+                at = self.nodes[at as usize].right;
             }
             return Some(at as usize);
         }
         let mut child = key as u32;
-        let mut up = self.parent[key];
-        while up != NIL && self.left[up as usize] == child {
+        let mut up = self.nodes[key].parent;
+        while up != NIL && self.nodes[up as usize].left == child {
             child = up;
-            up = self.parent[up as usize];
+            up = self.nodes[up as usize].parent;
         }
         (up != NIL).then_some(up as usize)
     }

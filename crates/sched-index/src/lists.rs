@@ -23,11 +23,24 @@ pub struct KeyLists {
     lens: Vec<usize>,
     /// Keys on any list.
     total: usize,
-    next: Vec<u32>,
-    prev: Vec<u32>,
-    /// The list each key is on, or `NIL`.
-    list: Vec<u32>,
+    /// Per key: its neighbours and its list, together (one bounds check, one line).
+    links: Vec<Link>,
 }
+
+/// A key's place: the keys after and before it and the list it is on ([`NIL`]: none).
+#[derive(Clone, Copy, Debug)]
+struct Link {
+    next: u32,
+    prev: u32,
+    list: u32,
+}
+
+/// A key on no list.
+const UNLINKED: Link = Link {
+    next: NIL,
+    prev: NIL,
+    list: NIL,
+};
 
 impl KeyLists {
     /// `nr_lists` empty lists over keys `0..nr_keys`.
@@ -44,9 +57,7 @@ impl KeyLists {
             tails: vec![NIL; nr_lists],
             lens: vec![0; nr_lists],
             total: 0,
-            next: vec![NIL; nr_keys],
-            prev: vec![NIL; nr_keys],
-            list: vec![NIL; nr_keys],
+            links: vec![UNLINKED; nr_keys],
         }
     }
 
@@ -90,7 +101,7 @@ impl KeyLists {
     /// ```
     #[inline]
     pub fn contains(&self, key: usize) -> bool {
-        self.list.get(key).is_some_and(|&l| l != NIL)
+        self.links.get(key).is_some_and(|k| k.list != NIL)
     }
 
     /// The list `key` is on, if any.
@@ -104,8 +115,8 @@ impl KeyLists {
     /// ```
     #[inline]
     pub fn list_of(&self, key: usize) -> Option<usize> {
-        match self.list.get(key) {
-            Some(&l) if l != NIL => Some(l as usize),
+        match self.links.get(key) {
+            Some(k) if k.list != NIL => Some(k.list as usize),
             _ => None,
         }
     }
@@ -184,7 +195,7 @@ impl KeyLists {
     /// ```
     #[inline]
     pub fn next(&self, key: usize) -> Option<usize> {
-        let n = self.next[key];
+        let n = self.links[key].next;
         (n != NIL).then_some(n as usize)
     }
 
@@ -203,15 +214,17 @@ impl KeyLists {
         debug_assert!(!self.contains(key));
         let k = key as u32;
         let tail = self.tails[l];
-        self.prev[key] = tail;
-        self.next[key] = NIL;
+        self.links[key] = Link {
+            next: NIL,
+            prev: tail,
+            list: l as u32,
+        };
         if tail == NIL {
             self.heads[l] = k;
         } else {
-            self.next[tail as usize] = k;
+            self.links[tail as usize].next = k;
         }
         self.tails[l] = k;
-        self.list[key] = l as u32;
         self.lens[l] += 1;
         self.total += 1;
     }
@@ -231,15 +244,17 @@ impl KeyLists {
         debug_assert!(!self.contains(key));
         let k = key as u32;
         let head = self.heads[l];
-        self.next[key] = head;
-        self.prev[key] = NIL;
+        self.links[key] = Link {
+            next: head,
+            prev: NIL,
+            list: l as u32,
+        };
         if head == NIL {
             self.tails[l] = k;
         } else {
-            self.prev[head as usize] = k;
+            self.links[head as usize].prev = k;
         }
         self.heads[l] = k;
-        self.list[key] = l as u32;
         self.lens[l] += 1;
         self.total += 1;
     }
@@ -256,18 +271,18 @@ impl KeyLists {
     /// assert_eq!((lists.next(0), lists.next(2)), (Some(2), Some(1)));
     /// ```
     pub fn insert_before(&mut self, before: usize, key: usize) {
-        let l = self.list[before] as usize;
-        let p = self.prev[before];
+        let l = self.links[before].list as usize;
+        let p = self.links[before].prev;
         if p == NIL {
             self.push_front(l, key);
             return;
         }
         let k = key as u32;
-        self.prev[key] = p;
-        self.next[key] = before as u32;
-        self.next[p as usize] = k;
-        self.prev[before] = k;
-        self.list[key] = l as u32;
+        self.links[key].prev = p;
+        self.links[key].next = before as u32;
+        self.links[p as usize].next = k;
+        self.links[before].prev = k;
+        self.links[key].list = l as u32;
         self.lens[l] += 1;
         self.total += 1;
     }
@@ -285,7 +300,7 @@ impl KeyLists {
     /// ```
     #[inline]
     pub fn same_list(&self, a: usize, b: usize) -> bool {
-        self.contains(a) && self.list[a] == self.list[b]
+        self.contains(a) && self.links[a].list == self.links[b].list
     }
 
     /// Puts `key` (on no list) just after `after` (on a list), on that list.
@@ -299,9 +314,9 @@ impl KeyLists {
     /// assert_eq!((lists.next(0), lists.len(0)), (Some(3), 2));
     /// ```
     pub fn insert_after(&mut self, after: usize, key: usize) {
-        let n = self.next[after];
+        let n = self.links[after].next;
         if n == NIL {
-            self.push_back(self.list[after] as usize, key);
+            self.push_back(self.links[after].list as usize, key);
         } else {
             self.insert_before(n as usize, key);
         }
@@ -324,19 +339,23 @@ impl KeyLists {
         if !self.contains(key) {
             return;
         }
-        let l = self.list[key] as usize;
-        let (p, n) = (self.prev[key], self.next[key]);
+        let Link {
+            next: n,
+            prev: p,
+            list: l,
+        } = self.links[key];
+        let l = l as usize;
         if p == NIL {
             self.heads[l] = n;
         } else {
-            self.next[p as usize] = n;
+            self.links[p as usize].next = n;
         }
         if n == NIL {
             self.tails[l] = p;
         } else {
-            self.prev[n as usize] = p;
+            self.links[n as usize].prev = p;
         }
-        self.list[key] = NIL;
+        self.links[key].list = NIL;
         self.lens[l] -= 1;
         self.total -= 1;
     }

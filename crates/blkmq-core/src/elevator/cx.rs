@@ -145,6 +145,7 @@ impl<'a> ElvCx<'a> {
     /// let cx = ElvCx::new(&tags, &limits, 5_000);
     /// assert_eq!(cx.now_ns(), 5_000); // a queue passes its platform's `now_ns()`
     /// ```
+    #[inline]
     pub fn now_ns(&self) -> u64 {
         // Read once per context: the calls of one queue run share it.
         cached(&self.now_ns).unwrap_or_else(|| {
@@ -168,6 +169,7 @@ impl<'a> ElvCx<'a> {
     /// let cx = ElvCx::new(&tags, &limits, 5_000);
     /// assert_eq!(cx.coarse_now_ns(), 5_000);
     /// ```
+    #[inline]
     pub fn coarse_now_ns(&self) -> u64 {
         // Read once per context, as `now_ns`.
         self.stamp_read().unwrap_or_else(|| {
@@ -198,6 +200,7 @@ impl<'a> ElvCx<'a> {
     /// let cx = ElvCx::new(&tags, &limits, 0);
     /// assert_eq!(cx.limits().max_sectors, 64);
     /// ```
+    #[inline]
     pub fn limits(&self) -> &QueueLimits {
         self.limits
     }
@@ -222,6 +225,7 @@ impl<'a> ElvCx<'a> {
     /// # other.free(foreign).unwrap();
     /// # tags.free(rq).unwrap();
     /// ```
+    #[inline]
     pub fn io<'b>(&'b self, rq: &'b Rq) -> Result<&'b RqIo, TagError> {
         self.backend.io(rq)
     }
@@ -243,6 +247,7 @@ impl<'a> ElvCx<'a> {
     /// assert_eq!(cx.io(&rq).unwrap().sched_data, [0, 9]);
     /// # tags.free(rq).unwrap();
     /// ```
+    #[inline]
     pub fn io_mut<'b>(&'b self, rq: &'b mut Rq) -> Result<&'b mut RqIo, TagError> {
         self.backend.io_mut(rq)
     }
@@ -268,6 +273,7 @@ impl<'a> ElvCx<'a> {
     /// #     tags.free(rq).unwrap();
     /// # }
     /// ```
+    #[inline]
     pub fn key(&self, rq: &Rq) -> usize {
         self.backend.key(rq)
     }
@@ -285,6 +291,7 @@ impl<'a> ElvCx<'a> {
     /// assert_eq!(cx.hctx(&rq), 1);
     /// # tags.free(rq).unwrap();
     /// ```
+    #[inline]
     pub fn hctx(&self, rq: &Rq) -> usize {
         self.backend.hctx(rq)
     }
@@ -300,6 +307,7 @@ impl<'a> ElvCx<'a> {
     /// let cx = ElvCx::new(&tags, &limits, 0);
     /// assert_eq!(cx.nr_keys(), 8); // 4 requests on each hardware queue
     /// ```
+    #[inline]
     pub fn nr_keys(&self) -> usize {
         self.backend.nr_keys()
     }
