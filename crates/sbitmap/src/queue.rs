@@ -342,17 +342,18 @@ impl<R: lock_api::RawMutex> SbitmapQueue<R> {
     }
 
     /// Counts `nr` frees and wakes a batch of waiters for every [`wake_batch`] frees
-    /// counted and not yet answered: `nr` frees at once (a [`put_batch`]) wake as many
-    /// batches as `nr` single puts would.
+    /// counted and not yet answered, up to as many batches as `nr` single puts would wake
+    /// (`ceil(nr / wake_batch)`): frees counted while nobody waited, or under a wider batch
+    /// before a resize, never wake a crowd at once.
     ///
     /// [`wake_batch`]: Self::wake_batch
-    /// [`put_batch`]: Self::put_batch
     #[cold]
     fn wake_up_counted(&self, nr: usize) {
         let batch = self.wake_batch.load(Ordering::Relaxed);
         self.completions.fetch_add(nr, Ordering::SeqCst);
         let mut wakeups = self.wakeups.load(Ordering::SeqCst);
-        loop {
+        let mut claims = nr.div_ceil(batch.max(1));
+        while claims != 0 {
             let completions = self.completions.load(Ordering::SeqCst);
             if completions.wrapping_sub(wakeups) < batch {
                 return;
@@ -367,6 +368,7 @@ impl<R: lock_api::RawMutex> SbitmapQueue<R> {
                 Ok(_) => {
                     self.wake_waiters(batch);
                     wakeups = wakeups.wrapping_add(batch);
+                    claims -= 1;
                     if self.ws_active.load(Ordering::SeqCst) == 0 {
                         return;
                     }

@@ -32,10 +32,6 @@ pub(super) struct Runner<'q, T> {
     pub(super) wake_batch: usize,
     /// Bits the last batch put gave back.
     pub(super) batch_freed: usize,
-    /// The widest wake batch the queue has had: frees counted and not yet answered by a
-    /// wake-up are fewer than it, so a put of `n` bits answers at most
-    /// `(widest - 1 + n) / wake_batch` batches.
-    pub(super) widest_wake_batch: usize,
 }
 
 impl<'q, T: Target> Runner<'q, T> {
@@ -75,7 +71,6 @@ impl<'q, T: Target> Runner<'q, T> {
             },
             wake_batch,
             batch_freed: 0,
-            widest_wake_batch: wake_batch,
         })
     }
 
@@ -428,7 +423,6 @@ impl<'q, T: Target> Runner<'q, T> {
         self.model.maybe_pending.clear();
         if let Some(waiting) = self.waiting.as_ref() {
             self.wake_batch = wake_batch_for(depth, waiting.min_shallow_depth);
-            self.widest_wake_batch = self.widest_wake_batch.max(self.wake_batch);
             Self::check_all_woken(waiting, "resize")?;
         }
         Ok(())

@@ -255,7 +255,6 @@ impl<T: Target> Runner<'_, T> {
         waiting.queue.recalculate_wake_batch(users);
         let share = self.model.depth.div_ceil(users.max(1));
         self.wake_batch = wake_batch_for(share, waiting.min_shallow_depth);
-        self.widest_wake_batch = self.widest_wake_batch.max(self.wake_batch);
         Ok(())
     }
 
@@ -270,11 +269,10 @@ impl<T: Target> Runner<'_, T> {
         })
     }
 
-    /// Checks who `op` woke of the waiters that were `asleep` before it: a put of `n` bits
-    /// (one, or a batch) answers as many batches of wake-ups as `n` single puts would, with
-    /// the frees left over from before it, which are fewer than the widest wake batch the
-    /// queue has had: at most `(widest - 1 + n) / wake_batch` batches (one batch for a
-    /// single put while the batch never shrank); an allocation, a failed put, a registration or a poll
+    /// Checks who `op` woke of the waiters that were `asleep` before it: a put claims at
+    /// most one batch of wake-ups, and a batch put of `n` bits as many as `n` single puts
+    /// would: fewer than a batch of frees is left over before it, so at most
+    /// `ceil(n / wake_batch)` batches; an allocation, a failed put, a registration or a poll
     /// wakes nobody. (A failed batch put may: it counts the batch's bits towards a wake-up,
     /// because it may have freed some.)
     pub(super) fn check_wakes(&self, op: &Op, asleep: &[usize]) -> Result<(), String> {
@@ -286,15 +284,11 @@ impl<T: Target> Runner<'_, T> {
             .iter()
             .filter(|w| w.is_woken() && asleep.contains(&w.id))
             .count();
-        // Frees counted before this op and not yet answered are fewer than the widest wake
-        // batch the queue has had (the batch may have shrunk since they were counted).
-        let answered = |freed: usize| {
-            let batch = self.wake_batch.max(1);
-            batch * ((self.widest_wake_batch.max(1) - 1 + freed) / batch)
-        };
         let most = match op {
-            Op::Put { .. } => answered(1),
-            Op::PutBatch { .. } => answered(self.batch_freed.max(1)),
+            Op::Put { .. } => self.wake_batch,
+            Op::PutBatch { .. } => {
+                self.wake_batch * self.batch_freed.max(1).div_ceil(self.wake_batch.max(1))
+            }
             Op::Get { .. }
             | Op::GetShallow { .. }
             | Op::GetBatch { .. }
