@@ -159,23 +159,9 @@ impl<T, P: Platform> QueueTags<T, P> {
     /// not ours is left alone.
     #[inline]
     pub(crate) fn free_into<'a>(&'a self, rq: Rq, batch: &mut FreeBatch<'a, T, P>) {
-        if rq.pool() == self.set_id {
-            if let Some(map) = self.maps().get(rq.map()) {
-                let tag = rq.index();
-                if let Some(request) = map.requests.get(tag) {
-                    if request.is_owned_by(self.id, rq.generation()) && tag >= map.nr_reserved {
-                        // SAFETY: the token is live and ours (just checked), and we own it:
-                        // nobody else reaches `io`.
-                        let io = unsafe { request.io_mut() };
-                        if io.nr_bios() == 0 && !io.counted {
-                            let cpu = io.alloc_cpu as usize;
-                            request.release();
-                            batch.add(map, tag - map.nr_reserved, cpu);
-                            return;
-                        }
-                    }
-                }
-            }
+        if let Some((map, tag, cpu)) = self.release_plain(&rq) {
+            batch.add(map, tag - map.nr_reserved, cpu);
+            return;
         }
         let _ = self.free(rq);
     }

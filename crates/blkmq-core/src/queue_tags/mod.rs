@@ -203,6 +203,10 @@ enum Owner<'a, T, R: lock_api::RawMutex> {
     Sched(usize, &'a TagMap<T, R>),
 }
 
+/// A request [`QueueTags::release_plain`] released: its map, its tag and the CPU it was
+/// taken on.
+type Released<'a, T, P> = (&'a TagMap<T, <P as Platform>::RawMutex>, usize, usize);
+
 impl<T, P: Platform> QueueTags<T, P> {
     pub(crate) fn new(set: Arc<TagSet<T, P>>, id: u32) -> Self {
         let activity = (0..set.maps.len())
@@ -740,28 +744,38 @@ impl<T, P: Platform> QueueTags<T, P> {
     /// ```
     #[inline(always)]
     pub fn free(&self, rq: Rq) -> Result<(), Misused> {
-        // The common case inline: our own driver request, normal tag, no bio left, not
-        // counted towards a fair share.
-        if rq.pool() == self.set_id {
-            if let Some(map) = self.maps().get(rq.map()) {
-                let tag = rq.index();
-                if let Some(request) = map.requests.get(tag) {
-                    if request.is_owned_by(self.id, rq.generation()) && tag >= map.nr_reserved {
-                        // SAFETY: the token is live and ours (just checked), and we own it:
-                        // nobody else reaches `io`.
-                        let io = unsafe { request.io_mut() };
-                        if io.nr_bios() == 0 && !io.counted {
-                            let cpu = io.alloc_cpu as usize;
-                            request.release();
-                            return map
-                                .put_normal(tag, cpu)
-                                .map_err(|error| Misused { rq, error });
-                        }
-                    }
-                }
-            }
+        if let Some((map, tag, cpu)) = self.release_plain(&rq) {
+            return map
+                .put_normal(tag, cpu)
+                .map_err(|error| Misused { rq, error });
         }
         self.free_general(rq)
+    }
+
+    /// The common case of a free, inline: our own driver request on a normal tag, no bio
+    /// left, not counted towards a fair share. Releases it and hands back its map, its tag
+    /// and the CPU it was taken on, for the caller to put the tag; `None` (nothing done)
+    /// for every other request.
+    #[inline(always)]
+    pub(super) fn release_plain(&self, rq: &Rq) -> Option<Released<'_, T, P>> {
+        if rq.pool() != self.set_id {
+            return None;
+        }
+        let map = self.maps().get(rq.map())?;
+        let tag = rq.index();
+        let request = map.requests.get(tag)?;
+        if !request.is_owned_by(self.id, rq.generation()) || tag < map.nr_reserved {
+            return None;
+        }
+        // SAFETY: the token is live and ours (just checked), and we own it: nobody else
+        // reaches `io`.
+        let io = unsafe { request.io_mut() };
+        if io.nr_bios() != 0 || io.counted {
+            return None;
+        }
+        let cpu = io.alloc_cpu as usize;
+        request.release();
+        Some((map, tag, cpu))
     }
 
     #[inline(never)]
