@@ -347,7 +347,23 @@ impl<D: Driver> RequestQueue<D> {
     /// holds one), driver tag, start, `queue_rq` — on `hctx`, the request's own hardware
     /// queue, which need not be the `runner`'s (an elevator may hand any runner any
     /// request).
+    #[inline]
     pub(super) fn issue_one(
+        &self,
+        runner: usize,
+        hctx: usize,
+        rq: Rq,
+        last: bool,
+        budget: Option<usize>,
+        now: Option<u64>,
+    ) -> Issued {
+        self.issue_one_at(runner, hctx, rq, last, budget, now, None)
+    }
+
+    /// [`issue_one`](Self::issue_one), its D stamped with `stamp` when it holds a trace
+    /// clock reading (see [`trace_stamp`](Self::trace_stamp)).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn issue_one_at(
         &self,
         runner: usize,
         hctx: usize,
@@ -355,6 +371,7 @@ impl<D: Driver> RequestQueue<D> {
         last: bool,
         budget: Option<usize>,
         now: Option<u64>,
+        stamp: super::trace::TraceStamp,
     ) -> Issued {
         let tags = self.tags();
         let cx = self.cx(hctx);
@@ -405,7 +422,7 @@ impl<D: Driver> RequestQueue<D> {
                 return Issued::Ended;
             }
         }
-        self.trace_rq(crate::trace::Action::Issue, &rq);
+        self.trace_rq_at(crate::trace::Action::Issue, &rq, stamp);
         self.driver_in(hctx);
         match driver.queue_rq(&cx, rq, last) {
             Ok(()) => Issued::Queued,

@@ -11,6 +11,7 @@ use crate::sync::Ordering;
 
 use super::dispatch::Issued;
 use super::plug::Plug;
+use super::trace::TraceStamp;
 use super::usage::UsageRef;
 
 use super::{RequestQueue, SwCtx};
@@ -111,11 +112,13 @@ impl<D: Driver> RequestQueue<D> {
     }
 
     fn submit_inner<'q>(&'q self, bio: Bio, plug: Option<&mut Plug<'q, D>>) -> Result<(), Bio> {
-        self.trace_bio(crate::trace::Action::Queue, &bio);
+        // One trace clock reading for the Q, and the G and D of a bio issued directly.
+        let stamp = self.trace_stamp();
+        self.trace_bio_at(crate::trace::Action::Queue, &bio, stamp);
         if super::flush::is_flush_bio(&bio) {
             return self.submit_flush_bio(bio, plug);
         }
-        self.submit_prepared(bio, plug)
+        self.submit_prepared(bio, plug, stamp)
     }
 
     /// A flush, or a bio with a flag of one: on a device with no cache to flush, the flags
@@ -128,7 +131,7 @@ impl<D: Driver> RequestQueue<D> {
         let Some(bio) = self.flush_prepare(bio) else {
             return Ok(());
         };
-        self.submit_prepared(bio, plug).map_err(|mut back| {
+        self.submit_prepared(bio, plug, None).map_err(|mut back| {
             back.flags |= flags;
             back
         })
@@ -139,11 +142,12 @@ impl<D: Driver> RequestQueue<D> {
         &'q self,
         bio: Bio,
         mut plug: Option<&mut Plug<'q, D>>,
+        stamp: TraceStamp,
     ) -> Result<(), Bio> {
         // The common bio in a few steps: no piece of a split, valid, one request whole.
         if !bio.flags.contains(BioFlags::SPLIT) && self.limits.fits_whole(&bio) {
             return match plug {
-                None => self.submit_whole(&bio),
+                None => self.submit_whole(&bio, stamp),
                 plug => self.submit_general(&bio, true, plug),
             };
         }
@@ -207,9 +211,12 @@ impl<D: Driver> RequestQueue<D> {
     /// [`submit_one`](Self::submit_one) for the common bio: a read or write that fits one
     /// request whole, with no plug. An instance of its own, so the common submission goes
     /// the whole way in one frame with nothing of the plug's in it.
+    ///
+    /// `stamp`: the trace clock reading of its Q, for its G and D (see
+    /// [`trace_stamp`](Self::trace_stamp)).
     #[inline(never)]
-    fn submit_whole(&self, bio: &Bio) -> Result<(), Bio> {
-        self.submit_one(bio, true, None)
+    fn submit_whole(&self, bio: &Bio, stamp: TraceStamp) -> Result<(), Bio> {
+        self.submit_one(bio, true, None, stamp)
     }
 
     /// [`submit_one`](Self::submit_one) for every other bio that fits one request: in a
@@ -220,7 +227,7 @@ impl<D: Driver> RequestQueue<D> {
         whole: bool,
         plug: Option<&mut Plug<'q, D>>,
     ) -> Result<(), Bio> {
-        self.submit_one(bio, whole, plug)
+        self.submit_one(bio, whole, plug, None)
     }
 
     /// Submits a bio that fits one request (`whole`: it fits whole,
@@ -249,6 +256,7 @@ impl<D: Driver> RequestQueue<D> {
         bio: &Bio,
         whole: bool,
         mut plug: Option<&mut Plug<'q, D>>,
+        stamp: TraceStamp,
     ) -> Result<(), Bio> {
         // The bio is read field by field here and copied only after `enter`'s locked
         // operation: a caller that has just built it has stores in flight, and a wide copy
@@ -319,7 +327,7 @@ impl<D: Driver> RequestQueue<D> {
                 Err((e, bio)) => return self.alloc_failed(usage, e, bio),
             },
         };
-        self.trace_rq(crate::trace::Action::GetRq, &rq);
+        self.trace_get_rq(&rq, bio, cpu, hctx, stamp);
         self.account_start(&mut rq, cpu, hctx);
         // INVARIANT: the request holds the usage reference until it is freed.
         usage.hand_to_request();
@@ -327,7 +335,9 @@ impl<D: Driver> RequestQueue<D> {
             _ if sequenced => self.flush_insert(rq),
             Some(plug) => plug.add_sized(self, rq, u64::from(bio.sectors)),
             // The common submission: issued at once on an idle hardware queue.
-            None if !elevated && bio.op != Op::Flush => self.issue_direct(rq, cpu, hctx, kind),
+            None if !elevated && bio.op != Op::Flush => {
+                self.issue_direct(rq, cpu, hctx, kind, stamp)
+            }
             None => {
                 self.insert(rq, hctx, elevated, false);
                 self.run_hw_queue(hctx);
@@ -378,14 +388,18 @@ impl<D: Driver> RequestQueue<D> {
     /// hardware queue is idle (nothing queued ahead, the hardware not busy, and nobody
     /// running it), else queued on the CPU's software queue and the hardware queue run.
     #[inline(always)]
-    fn issue_direct(&self, rq: Rq, cpu: usize, hctx: usize, kind: QueueType) {
+    ///
+    /// `stamp`: the trace clock reading for its D when it is issued here (see
+    /// [`trace_stamp`](Self::trace_stamp)).
+    fn issue_direct(&self, rq: Rq, cpu: usize, hctx: usize, kind: QueueType, stamp: TraceStamp) {
         let h = &self.hctxs[hctx];
         if self.claim_idle(hctx) {
             if self.halted(hctx) {
                 self.push_ctx_for(cpu, kind, hctx, rq);
             } else {
                 self.arm_restart(hctx);
-                if let Issued::GaveUp(rq, status) = self.issue_one(hctx, hctx, rq, true, None, None)
+                if let Issued::GaveUp(rq, status) =
+                    self.issue_one_at(hctx, hctx, rq, true, None, None, stamp)
                 {
                     let mut batch = h.run_batch.lock();
                     batch.push_back(rq);
