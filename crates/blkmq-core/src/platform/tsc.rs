@@ -14,6 +14,11 @@
 //! error of a few parts in 10^5 against the monotonic clock, nothing next to the
 //! latencies a trace measures, and the scale never changes afterwards, so the clock never
 //! goes back on one CPU.
+//!
+//! No fence is paid: `rdtsc` does not wait for the instructions before it, so a reading may
+//! be taken a few dozen cycles early. The trace readings of one thread are hundreds of
+//! instructions apart (a submission, a completion), with locked operations between them,
+//! far more than that.
 
 extern crate std;
 
