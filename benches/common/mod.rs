@@ -77,7 +77,9 @@ pub(crate) fn bind_to_cpu(cpu: usize) {
         // inherits its single CPU.
         // SAFETY: `sysconf` only reads the system's configuration.
         let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
-        let cpus = usize::try_from(online).unwrap_or(1).clamp(1, libc::CPU_SETSIZE as usize);
+        let cpus = usize::try_from(online)
+            .unwrap_or(1)
+            .clamp(1, libc::CPU_SETSIZE as usize);
         // SAFETY: `set` is a plain bit set, zeroed and then filled by `CPU_SET` with one
         // CPU below its size; `sched_setaffinity` only reads it, for the calling thread (0).
         unsafe {
