@@ -325,7 +325,15 @@ impl<D: Driver> RequestQueue<D> {
         usage.hand_to_request();
         match plug {
             _ if sequenced => self.flush_insert(rq),
-            Some(plug) => plug.add_sized(self, rq, u64::from(bio.sectors)),
+            Some(plug) => {
+                // A flush never goes straight to the driver (`issue_plugged`).
+                let issue_on = if bio.op == Op::Flush {
+                    super::plug::NO_HCTX
+                } else {
+                    hctx as u32
+                };
+                plug.add_placed(self, rq, issue_on, (bio.sector, bio.end_sector()));
+            }
             // The common submission: issued at once on an idle hardware queue.
             None if !elevated && bio.op != Op::Flush => self.issue_direct(rq, cpu, hctx, kind),
             None => {
@@ -339,7 +347,7 @@ impl<D: Driver> RequestQueue<D> {
     /// A request of `plug`'s cache carrying `bio` (with its data segments `segments`), for
     /// hardware queue `hctx`; `None` when the cache has none for it. A cached token that is
     /// no longer ours (the tags were replaced since) empties the cache.
-    #[inline]
+    #[inline(always)]
     fn take_cached<'q>(
         &'q self,
         plug: &mut Plug<'q, D>,

@@ -12,7 +12,7 @@ use core::ptr;
 
 use crossbeam_utils::CachePadded;
 
-use crate::bio::{Bio, Op, Status};
+use crate::bio::{Bio, Status};
 use crate::error::{Misused, TagError};
 use crate::platform::Platform;
 use crate::request::{NO_TAG, Request, Rq, RqIo, RqSegments, RqState};
@@ -359,12 +359,6 @@ impl<T, P: Platform> QueueTags<T, P> {
     /// ```
     pub fn request(&self, rq: &Rq) -> Result<&Request<T>, TagError> {
         Ok(self.owner(rq)?.1)
-    }
-
-    /// The hardware queue `rq` was allocated for and its operation, in one look-up.
-    pub(crate) fn hctx_and_op(&self, rq: &Rq) -> Option<(usize, Op)> {
-        let (request, io) = self.request_and_io(rq).ok()?;
-        Some((request.hctx(), io.op()))
     }
 
     /// The shared side of the request `rq` names and the I/O it carries.
