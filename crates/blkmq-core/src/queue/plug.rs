@@ -7,7 +7,7 @@ use crate::driver::{Driver, Rejected, RqBatch};
 use crate::platform::Platform;
 use crate::queue_map::QueueType;
 use crate::queue_tags::{Alloc, FreeBatch};
-use crate::request::Rq;
+use crate::request::{Request, Rq};
 use crate::sync::Ordering;
 use crate::tagset::TagSetFlags;
 
@@ -106,6 +106,10 @@ pub struct Plug<'q, D: Driver> {
     /// (which never goes straight to the driver): noted when the request comes in, so a
     /// flush issues without looking a request up to learn where it goes.
     issue_on: [u32; PLUG_MAX_MULTI],
+    /// `known[i]`, when set, is the request `rqs[i]` names, noted where the submission had
+    /// it at hand, so its issue starts it without a look-up. The request holds a usage
+    /// reference, so its queue's tags stay while it is here.
+    known: [Option<&'q Request<D::Payload>>; PLUG_MAX_MULTI],
     len: usize,
     multiple_queues: bool,
     /// The sectors `[start, end)` of the last request, `rqs[len - 1]`, while `len` is not
@@ -190,6 +194,7 @@ impl<'q, D: Driver> Plug<'q, D> {
             queues: [None; PLUG_MAX_MULTI],
             rqs: [const { None }; PLUG_MAX_MULTI],
             issue_on: [NO_HCTX; PLUG_MAX_MULTI],
+            known: [None; PLUG_MAX_MULTI],
             len: 0,
             multiple_queues: false,
             last_range: (0, 0),
@@ -352,23 +357,24 @@ impl<'q, D: Driver> Plug<'q, D> {
 
     /// Adds a fresh request, flushing first when the plug is full or its last request large.
     pub(super) fn add(&mut self, queue: &'q RequestQueue<D>, rq: Rq) {
-        let (hctx, range) =
-            queue
-                .tags()
-                .request_and_io(&rq)
-                .map_or((NO_HCTX, (0, 0)), |(request, io)| {
-                    let hctx = if io.op() == Op::Flush {
-                        NO_HCTX
-                    } else {
-                        request.hctx() as u32
-                    };
-                    (hctx, (io.sector(), io.end_sector()))
-                });
-        self.add_placed(queue, rq, hctx, range);
+        // Not noted as known: a request through an elevator flushes through it.
+        let (hctx, range) = match queue.tags().request_and_io(&rq) {
+            Ok((request, io)) => {
+                let hctx = if io.op() == Op::Flush {
+                    NO_HCTX
+                } else {
+                    request.hctx() as u32
+                };
+                (hctx, (io.sector(), io.end_sector()))
+            }
+            Err(_) => (NO_HCTX, (0, 0)),
+        };
+        self.add_placed(queue, rq, hctx, range, None);
     }
 
     /// [`add`](Self::add) for a request made for hardware queue `hctx` ([`NO_HCTX`] for a
-    /// flush) holding the sectors `range`, `[start, end)`.
+    /// flush) holding the sectors `range`, `[start, end)`; `known`, when given, is the
+    /// request `rq` names.
     #[inline(always)]
     pub(super) fn add_placed(
         &mut self,
@@ -376,6 +382,7 @@ impl<'q, D: Driver> Plug<'q, D> {
         rq: Rq,
         hctx: u32,
         range: (u64, u64),
+        known: Option<&'q Request<D::Payload>>,
     ) {
         let max = if self.multiple_queues {
             PLUG_MAX_MULTI
@@ -399,6 +406,7 @@ impl<'q, D: Driver> Plug<'q, D> {
         self.queues[self.len] = Some(queue);
         self.rqs[self.len] = Some(rq);
         self.issue_on[self.len] = hctx;
+        self.known[self.len] = known;
         self.len += 1;
         self.cache.left = self.cache.left.saturating_sub(1);
     }
@@ -448,7 +456,11 @@ impl<'q, D: Driver> Plug<'q, D> {
                 .iter()
                 .position(|q| !q.is_some_and(|q| core::ptr::eq(q, queue)))
                 .map_or(self.len, |n| start + n);
-            let run = &mut PlugRun::new(&mut self.rqs[start..end], &self.issue_on[start..end]);
+            let run = &mut PlugRun::new(
+                &mut self.rqs[start..end],
+                &self.issue_on[start..end],
+                &self.known[start..end],
+            );
             queue.flush_plugged(run);
             // Taken: a flush that a panic interrupted goes on from here on drop.
             self.queues[start..end].fill(None);
@@ -521,17 +533,24 @@ impl<D: Driver> fmt::Debug for Plug<'_, D> {
 /// `slots[..head]` are taken (`None`), `slots[head..]` are the requests still to hand over,
 /// in order; whatever is put back at the front was just taken from it. `issue_on[i]` is
 /// the hardware queue of `slots[i]`'s request, [`NO_HCTX`] for a flush.
-struct PlugRun<'a> {
+struct PlugRun<'a, T> {
     slots: &'a mut [Option<Rq>],
     issue_on: &'a [u32],
+    /// `known[i]`, when set, is the request `slots[i]` names.
+    known: &'a [Option<&'a Request<T>>],
     head: usize,
 }
 
-impl<'a> PlugRun<'a> {
-    /// The requests of `slots`, made for the hardware queues `issue_on`, past those already
-    /// taken (by a flush a panic interrupted).
-    fn new(slots: &'a mut [Option<Rq>], issue_on: &'a [u32]) -> Self {
+impl<'a, T> PlugRun<'a, T> {
+    /// The requests of `slots`, made for the hardware queues `issue_on`, `known` where
+    /// noted, past those already taken (by a flush a panic interrupted).
+    fn new(
+        slots: &'a mut [Option<Rq>],
+        issue_on: &'a [u32],
+        known: &'a [Option<&'a Request<T>>],
+    ) -> Self {
         debug_assert_eq!(slots.len(), issue_on.len());
+        debug_assert_eq!(slots.len(), known.len());
         let head = slots
             .iter()
             .position(Option::is_some)
@@ -539,6 +558,7 @@ impl<'a> PlugRun<'a> {
         Self {
             slots,
             issue_on,
+            known,
             head,
         }
     }
@@ -558,9 +578,9 @@ impl<'a> PlugRun<'a> {
     }
 
     /// Takes the requests at the front that go directly to `hctx`: their slots, to be
-    /// emptied by the caller.
+    /// emptied by the caller, and the requests known of them.
     #[inline]
-    fn run_of(&mut self, hctx: usize) -> &mut [Option<Rq>] {
+    fn run_of(&mut self, hctx: usize) -> (&mut [Option<Rq>], &'a [Option<&'a Request<T>>]) {
         let start = self.head;
         let n = self.issue_on[start..]
             .iter()
@@ -568,7 +588,10 @@ impl<'a> PlugRun<'a> {
             .take_while(|(on, slot)| **on as usize == hctx && slot.is_some())
             .count();
         self.head += n;
-        &mut self.slots[start..start + n]
+        (
+            &mut self.slots[start..start + n],
+            &self.known[start..start + n],
+        )
     }
 
     /// Takes the next request.
@@ -606,7 +629,7 @@ impl<D: Driver> RequestQueue<D> {
     }
 
     /// Takes a flushed plug's requests of this queue (all of `rqs`), in order.
-    fn flush_plugged(&self, rqs: &mut PlugRun<'_>) {
+    fn flush_plugged(&self, rqs: &mut PlugRun<'_, D::Payload>) {
         self.trace_unplug(rqs.slots.len() - rqs.head);
         let elevated = self.has_elevator.load(Ordering::Relaxed);
         if elevated {
@@ -663,7 +686,7 @@ impl<D: Driver> RequestQueue<D> {
     /// all its requests, and unless the driver may block, they share one read of the clock
     /// for their start, as the requests of one plug share it in Linux. Where each request
     /// goes the plug noted when it came in: nothing is looked up to learn it.
-    fn issue_plugged(&self, rqs: &mut PlugRun<'_>) {
+    fn issue_plugged(&self, rqs: &mut PlugRun<'_, D::Payload>) {
         let blocking = self.host.set.flags().contains(TagSetFlags::BLOCKING);
         while let Some(hctx) = rqs.front_hctx() {
             if !self.claim_idle(hctx) {
@@ -686,44 +709,43 @@ impl<D: Driver> RequestQueue<D> {
     /// the hardware queue halts or the driver gives one back, it and the rest of the run go
     /// back to the hardware queue as a dispatch would leave them
     /// ([`put_back`](Self::put_back), [`give_up`](Self::give_up)).
-    fn issue_run(&self, hctx: usize, rqs: &mut PlugRun<'_>, now: Option<u64>) {
-        let run = rqs.run_of(hctx);
+    fn issue_run(&self, hctx: usize, rqs: &mut PlugRun<'_, D::Payload>, now: Option<u64>) {
+        let (run, known) = rqs.run_of(hctx);
+        // Without scheduler tags (as always here: a queue with an elevator flushes through
+        // it) an issue only starts the request, which a request known needs no look-up for.
+        let start_known = !self.tags().has_scheduler();
         // Whether a request was queued as not `last` since the last commit.
         let mut owed = false;
         for i in 0..run.len() {
             let Some(rq) = run[i].take() else { break };
             let last = i + 1 == run.len();
-            let gave_up = if self.halted(hctx) {
-                Some((rq, None))
-            } else {
-                match self.issue_one(hctx, hctx, rq, last, None, now) {
-                    Issued::Queued => {
-                        owed = !last;
-                        None
-                    }
-                    Issued::Ended => None,
-                    Issued::GaveUp(rq, status) => Some((rq, Some(status))),
-                }
+            if self.halted(hctx) {
+                // Back on the dispatch list, with the rest of the run, for the run that
+                // resumes the hardware queue.
+                let mut batch = self.hctxs[hctx].run_batch.lock();
+                batch.push_back(rq);
+                batch.extend(run[i + 1..].iter_mut().filter_map(Option::take));
+                self.put_back(hctx, &mut batch);
+                self.commit_owed(hctx, owed);
+                return;
+            }
+            let issued = match known[i] {
+                Some(request) if start_known => self.issue_known(hctx, rq, request, last, now),
+                _ => self.issue_one(hctx, hctx, rq, last, None, now),
             };
-            let Some((rq, status)) = gave_up else {
-                continue;
-            };
-            // It and the rest of the run go back, in order.
-            let mut batch = self.hctxs[hctx].run_batch.lock();
-            batch.push_back(rq);
-            batch.extend(run[i + 1..].iter_mut().filter_map(Option::take));
-            match status {
-                // Halted: back on the dispatch list for the run that resumes it.
-                None => {
-                    self.put_back(hctx, &mut batch);
-                    self.commit_owed(hctx, owed);
-                }
-                Some(status) => {
+            match issued {
+                Issued::Queued => owed = !last,
+                Issued::Ended => {}
+                Issued::GaveUp(rq, status) => {
+                    // It and the rest of the run wait at the head, in order.
+                    let mut batch = self.hctxs[hctx].run_batch.lock();
+                    batch.push_back(rq);
+                    batch.extend(run[i + 1..].iter_mut().filter_map(Option::take));
                     self.commit_owed(hctx, owed);
                     self.give_up(hctx, &mut batch, status);
+                    return;
                 }
             }
-            return;
         }
         self.commit_owed(hctx, owed);
     }
@@ -738,7 +760,7 @@ impl<D: Driver> RequestQueue<D> {
 
     /// Issues a plug's requests through [`Driver::queue_rqs`], hardware queue by hardware
     /// queue, while the hardware queue is idle; what is left stays in `rqs`.
-    fn issue_list(&self, rqs: &mut PlugRun<'_>) {
+    fn issue_list(&self, rqs: &mut PlugRun<'_, D::Payload>) {
         let tags = self.tags();
         let driver = self.driver();
         while let Some(first) = rqs.front() {

@@ -550,6 +550,27 @@ impl<T, P: Platform> QueueTags<T, P> {
         self.start_resolved(request, now_ns)
     }
 
+    /// [`start`](Self::start) for `request`, the request `rq` names, as a look-up of `rq`
+    /// returned it while the caller held it (the caller keeps the two together: a plug
+    /// notes the request when it takes the token).
+    ///
+    /// # Errors
+    /// As [`start`](Self::start) when the request is not idle.
+    #[inline]
+    pub(crate) fn start_known(
+        &self,
+        rq: &mut Rq,
+        request: &Request<T>,
+        now_ns: u64,
+    ) -> Result<(), TagError> {
+        debug_assert!(
+            self.owner(rq)
+                .is_ok_and(|(_, named)| core::ptr::eq(named, request)),
+            "the request its token names"
+        );
+        self.start_resolved(request, now_ns)
+    }
+
     /// [`start`](Self::start) for a request the caller resolved from its token, which it
     /// holds mutably.
     #[inline]
