@@ -6,7 +6,7 @@ use crate::error::TagError;
 use crate::platform::Platform;
 use crate::queue_map::QueueType;
 use crate::queue_tags::Alloc;
-use crate::request::Rq;
+use crate::request::{Request, Rq};
 use crate::sync::Ordering;
 
 use super::dispatch::Issued;
@@ -317,13 +317,14 @@ impl<D: Driver> RequestQueue<D> {
             Some(plug) if !elevated => self.take_cached(plug, bio, segments, cpu, hctx),
             _ => None,
         };
-        let mut rq = match cached {
-            Some(rq) => rq,
+        // The request the token names, where the cache had it at hand.
+        let (mut rq, known) = match cached {
+            Some((rq, request)) => (rq, Some(request)),
             None => match self
                 .tags()
                 .alloc_with_bio(&Alloc::new(hctx, cpu), *bio, segments)
             {
-                Ok(rq) => rq,
+                Ok(rq) => (rq, None),
                 Err((e, bio)) => return self.alloc_failed(usage, e, bio),
             },
         };
@@ -333,7 +334,15 @@ impl<D: Driver> RequestQueue<D> {
         usage.hand_to_request();
         match plug {
             _ if sequenced => self.flush_insert(rq),
-            Some(plug) => plug.add_sized(self, rq, u64::from(bio.sectors)),
+            Some(plug) => {
+                // A flush never goes straight to the driver (`issue_plugged`).
+                let issue_on = if bio.op == Op::Flush {
+                    super::plug::NO_HCTX
+                } else {
+                    hctx as u32
+                };
+                plug.add_placed(self, rq, issue_on, (bio.sector, bio.end_sector()), known);
+            }
             // The common submission: issued at once on an idle hardware queue.
             None if !elevated && bio.op != Op::Flush => {
                 self.issue_direct(rq, cpu, hctx, kind, stamp)
@@ -347,9 +356,10 @@ impl<D: Driver> RequestQueue<D> {
     }
 
     /// A request of `plug`'s cache carrying `bio` (with its data segments `segments`), for
-    /// hardware queue `hctx`; `None` when the cache has none for it. A cached token that is
-    /// no longer ours (the tags were replaced since) empties the cache.
-    #[inline]
+    /// hardware queue `hctx`, and the request its token names; `None` when the cache has
+    /// none for it. A cached token that is no longer ours (the tags were replaced since)
+    /// empties the cache.
+    #[inline(always)]
     fn take_cached<'q>(
         &'q self,
         plug: &mut Plug<'q, D>,
@@ -357,13 +367,13 @@ impl<D: Driver> RequestQueue<D> {
         segments: crate::segment::SegSpan,
         cpu: usize,
         hctx: usize,
-    ) -> Option<Rq> {
+    ) -> Option<(Rq, &'q Request<D::Payload>)> {
         let mut rq = plug.take_cached(self, hctx, cpu)?;
-        if !self.tags().set_cached_bio(&mut rq, *bio, segments) {
+        let Some(request) = self.tags().set_cached_bio(&mut rq, *bio, segments) else {
             plug.forget_cache();
             return None;
-        }
-        Some(rq)
+        };
+        Some((rq, request))
     }
 
     /// With the usage reference `usage` held, no request could be had for `bio`: without
