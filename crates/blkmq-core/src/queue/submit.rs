@@ -320,14 +320,14 @@ impl<D: Driver> RequestQueue<D> {
             },
         };
         self.trace_rq(crate::trace::Action::GetRq, &rq);
-        self.account_start(&mut rq, cpu, hctx);
+        let now = self.account_start(&mut rq, cpu, hctx);
         // INVARIANT: the request holds the usage reference until it is freed.
         usage.hand_to_request();
         match plug {
             _ if sequenced => self.flush_insert(rq),
             Some(plug) => plug.add_sized(self, rq, u64::from(bio.sectors)),
             // The common submission: issued at once on an idle hardware queue.
-            None if !elevated && bio.op != Op::Flush => self.issue_direct(rq, cpu, hctx, kind),
+            None if !elevated && bio.op != Op::Flush => self.issue_direct(rq, cpu, hctx, kind, now),
             None => {
                 self.insert(rq, hctx, elevated, false);
                 self.run_hw_queue(hctx);
@@ -377,15 +377,16 @@ impl<D: Driver> RequestQueue<D> {
     /// Without an elevator, a fresh request that is no flush: issued directly when its
     /// hardware queue is idle (nothing queued ahead, the hardware not busy, and nobody
     /// running it), else queued on the CPU's software queue and the hardware queue run.
+    /// `now`, when the caller read the coarse clock a moment ago, is the start stamp.
     #[inline(always)]
-    fn issue_direct(&self, rq: Rq, cpu: usize, hctx: usize, kind: QueueType) {
+    fn issue_direct(&self, rq: Rq, cpu: usize, hctx: usize, kind: QueueType, now: Option<u64>) {
         let h = &self.hctxs[hctx];
         if self.claim_idle(hctx) {
             if self.halted(hctx) {
                 self.push_ctx_for(cpu, kind, hctx, rq);
             } else {
                 self.arm_restart(hctx);
-                if let Issued::GaveUp(rq, status) = self.issue_one(hctx, hctx, rq, true, None, None)
+                if let Issued::GaveUp(rq, status) = self.issue_one(hctx, hctx, rq, true, None, now)
                 {
                     let mut batch = h.run_batch.lock();
                     batch.push_back(rq);
