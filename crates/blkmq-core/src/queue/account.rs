@@ -61,14 +61,16 @@ impl<D: Driver> RequestQueue<D> {
         }
     }
 
-    /// The request `io` of `hctx` completed (not a step of a flush sequence).
+    /// The request `io` of `hctx` completed (not a step of a flush sequence). Its end time is
+    /// `now`, read from the coarse clock here if the caller has no reading yet (a batch of
+    /// completions shares one: they end together, to the coarse clock's resolution).
     #[inline]
-    pub(super) fn account_done(&self, hctx: usize, io: &RqIo) {
+    pub(super) fn account_done(&self, hctx: usize, io: &RqIo, now: &mut Option<u64>) {
         let Some(acct) = &self.acct else {
             return;
         };
         if let Some(group) = counted_group(io) {
-            let now = self.platform().coarse_now_ns();
+            let now = *now.get_or_insert_with(|| self.platform().coarse_now_ns());
             let writer = self.acct_writer(acct, || self.cpu());
             acct.done(writer, hctx, group, io.sectors(), io.alloc_ns, now);
         }
