@@ -264,7 +264,14 @@ mod std_platform {
         static TOKEN: Cell<usize> = const { Cell::new(0) };
         /// The CPU ids this thread holds alone, given back when it ends.
         static CLAIMS: RefCell<Claims> = const { RefCell::new(Claims::NONE) };
+        /// The CPU this thread last found it holds alone: the platform's id (zero: none) and
+        /// the CPU. Cleared when the thread is pinned elsewhere and when it gives its
+        /// claims back.
+        static HELD: Cell<(usize, usize)> = const { Cell::new((0, 0)) };
     }
+
+    /// Hands out platform ids, each once (zero is none): clones share one.
+    static NEXT_PLATFORM: AtomicUsize = AtomicUsize::new(1);
 
     /// Hands out CPU slots to threads in turn.
     static NEXT_SLOT: AtomicUsize = AtomicUsize::new(0);
@@ -294,6 +301,8 @@ mod std_platform {
 
     impl Drop for Claims {
         fn drop(&mut self) {
+            // First: from here on the thread holds nothing, whatever it still counts.
+            let _ = HELD.try_with(|held| held.set((0, 0)));
             for (owners, cpu) in self.held.iter_mut().filter_map(Option::take) {
                 if let Some(owners) = owners.upgrade() {
                     // Release: the next holder's acquire sees every count this one wrote.
@@ -360,6 +369,8 @@ mod std_platform {
 
     struct Inner {
         nr_cpus: usize,
+        /// This platform's id, for `HELD`.
+        id: usize,
         /// Who holds each CPU id alone ([`Platform::exclusive_cpu`]).
         owners: Owners,
         clock: Clock,
@@ -534,6 +545,7 @@ mod std_platform {
             Self {
                 inner: Arc::new(Inner {
                     nr_cpus: nr_cpus.max(1),
+                    id: NEXT_PLATFORM.fetch_add(1, Ordering::Relaxed),
                     owners: (0..nr_cpus.max(1)).map(|_| AtomicUsize::new(0)).collect(),
                     clock: Clock::new(),
                     handler: Mutex::new(None),
@@ -578,6 +590,23 @@ mod std_platform {
             }
         }
 
+        /// Whether the calling thread holds its slot on this platform, taking it if nobody
+        /// does; remembered in `HELD` when it does.
+        #[cold]
+        fn look_up_claim(&self) -> Option<usize> {
+            let cpu = self.current_cpu();
+            let token = token();
+            let held = match self.inner.owners[cpu].load(Ordering::Relaxed) {
+                held if held == token => Some(cpu),
+                0 => self.claim(cpu, token),
+                _ => None,
+            };
+            if held.is_some() {
+                HELD.with(|last| last.set((self.inner.id, cpu)));
+            }
+            held
+        }
+
         /// Takes CPU slot `cpu`, nobody's a moment ago, for the thread of `token`; `None`
         /// when another thread took it first or this one holds as many as it may.
         #[cold]
@@ -616,6 +645,7 @@ mod std_platform {
         /// ```
         pub fn pin_current_thread(&self, cpu: usize) {
             CPU_SLOT.with(|slot| slot.set(Some(cpu)));
+            HELD.with(|held| held.set((0, 0)));
         }
 
         /// Sends every later kick to `handler` (which must not run the queue inline).
@@ -691,12 +721,11 @@ mod std_platform {
         /// thread with the same slot meanwhile gets `None`.
         #[inline]
         fn exclusive_cpu(&self) -> Option<usize> {
-            let cpu = self.current_cpu();
-            let token = token();
-            match self.inner.owners[cpu].load(Ordering::Relaxed) {
-                held if held == token => Some(cpu),
-                0 => self.claim(cpu, token),
-                _ => None,
+            // A claim is given back only when its thread ends, and the slot changes only by
+            // a pin: the CPU found last time holds until either clears `HELD`.
+            match HELD.with(Cell::get) {
+                (platform, cpu) if platform == self.inner.id => Some(cpu),
+                _ => self.look_up_claim(),
             }
         }
 

@@ -157,4 +157,32 @@ fn a_cpu_held_alone_passes_to_the_next_thread_when_its_holder_ends() {
         shared.exclusive_cpu()
     });
     assert_eq!(theirs.join().unwrap(), None);
+    // A thread pinned elsewhere holds there what nobody holds, keeps what it held, and
+    // finds a slot another thread holds shared.
+    platform.pin_current_thread(0);
+    assert_eq!(platform.exclusive_cpu(), Some(0));
+    let moving = platform.clone();
+    let moves = thread::spawn(move || {
+        moving.pin_current_thread(1);
+        let on_1 = moving.exclusive_cpu();
+        moving.pin_current_thread(0);
+        let on_0 = moving.exclusive_cpu();
+        moving.pin_current_thread(1);
+        (on_1, on_0, moving.exclusive_cpu())
+    });
+    // CPU 1 is this thread's already (from above): the other thread never holds it.
+    assert_eq!(moves.join().unwrap(), (None, None, None));
+    let free = StdPlatform::with_cpus(CPUS);
+    let moving = free.clone();
+    let moves = thread::spawn(move || {
+        moving.pin_current_thread(1);
+        let on_1 = moving.exclusive_cpu();
+        moving.pin_current_thread(0);
+        let on_0 = moving.exclusive_cpu();
+        moving.pin_current_thread(1);
+        (on_1, on_0, moving.exclusive_cpu())
+    });
+    assert_eq!(moves.join().unwrap(), (Some(1), Some(0), Some(1)));
+    // Both of its slots came back when it ended.
+    assert_eq!(free.exclusive_cpu(), Some(0));
 }
