@@ -47,14 +47,15 @@ fn more_threads_than_cpus_count_every_io() {
     let host = Host::new(tags, platform, Null::new()).unwrap();
     let config = QueueConfig::new(QueueLimits::new(1 << 30)).accounting(true);
     let queue = host.add_queue(config).unwrap();
-    // This thread holds CPU 0 alone from its first count, the whole test long.
+    // This thread holds CPU 0 alone, the whole test long.
     queue.platform().pin_current_thread(0);
+    assert_eq!(queue.platform().exclusive_cpu(), Some(0));
     let mut total = 0;
     for round in 0..3u64 {
         let busy = AtomicBool::new(true);
         thread::scope(|s| {
-            // Five threads on two CPUs: at most one per CPU holds it alone (the one on CPU
-            // 1 that asks first, once the last round's holder ended); the rest share.
+            // Five threads on two CPUs: at most the first on CPU 1 to ask (once the last
+            // round's holder ended) holds it alone; the rest share.
             for t in 0..5u64 {
                 let queue = &queue;
                 s.spawn(move || {
