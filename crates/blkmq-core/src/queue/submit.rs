@@ -329,7 +329,7 @@ impl<D: Driver> RequestQueue<D> {
             },
         };
         self.trace_get_rq(&rq, bio, cpu, hctx, stamp);
-        self.account_start(&mut rq, cpu, hctx);
+        let now = self.account_start(&mut rq, cpu, hctx);
         // INVARIANT: the request holds the usage reference until it is freed.
         usage.hand_to_request();
         match plug {
@@ -345,7 +345,7 @@ impl<D: Driver> RequestQueue<D> {
             }
             // The common submission: issued at once on an idle hardware queue.
             None if !elevated && bio.op != Op::Flush => {
-                self.issue_direct(rq, cpu, hctx, kind, stamp)
+                self.issue_direct(rq, cpu, hctx, kind, now, stamp)
             }
             None => {
                 self.insert(rq, hctx, elevated, false);
@@ -397,11 +397,20 @@ impl<D: Driver> RequestQueue<D> {
     /// Without an elevator, a fresh request that is no flush: issued directly when its
     /// hardware queue is idle (nothing queued ahead, the hardware not busy, and nobody
     /// running it), else queued on the CPU's software queue and the hardware queue run.
-    #[inline(always)]
-    ///
-    /// `stamp`: the trace clock reading for its D when it is issued here (see
+    /// `now`, when the caller read the coarse clock a moment ago, is the start stamp;
+    /// `stamp`, the trace clock reading for its D when it is issued here (see
     /// [`trace_stamp`](Self::trace_stamp)).
-    fn issue_direct(&self, rq: Rq, cpu: usize, hctx: usize, kind: QueueType, stamp: TraceStamp) {
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn issue_direct(
+        &self,
+        rq: Rq,
+        cpu: usize,
+        hctx: usize,
+        kind: QueueType,
+        now: Option<u64>,
+        stamp: TraceStamp,
+    ) {
         let h = &self.hctxs[hctx];
         if self.claim_idle(hctx) {
             if self.halted(hctx) {
@@ -409,7 +418,7 @@ impl<D: Driver> RequestQueue<D> {
             } else {
                 self.arm_restart(hctx);
                 if let Issued::GaveUp(rq, status) =
-                    self.issue_one_at(hctx, hctx, rq, true, None, None, stamp)
+                    self.issue_one_at(hctx, hctx, rq, true, None, now, stamp)
                 {
                     let mut batch = h.run_batch.lock();
                     batch.push_back(rq);
