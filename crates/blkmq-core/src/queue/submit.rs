@@ -401,7 +401,6 @@ impl<D: Driver> RequestQueue<D> {
     /// `stamp`, the trace clock reading for its D when it is issued here (see
     /// [`trace_stamp`](Self::trace_stamp)).
     #[inline(always)]
-    #[allow(clippy::too_many_arguments)]
     fn issue_direct(
         &self,
         rq: Rq,
