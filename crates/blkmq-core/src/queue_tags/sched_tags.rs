@@ -77,12 +77,19 @@ impl<T, P: Platform> QueueTags<T, P> {
             self.sched = None;
         }
         self.sched = Some(SchedTags { id, maps });
+        self.key_stride = self.compute_key_stride();
         Ok(())
     }
 
     /// Requests one map spans in the key space: the larger of the driver and scheduler
-    /// arrays.
+    /// arrays (as computed when the scheduler tags last came or went).
+    #[inline(always)]
     fn key_stride(&self) -> usize {
+        self.key_stride
+    }
+
+    /// [`key_stride`](Self::key_stride) computed afresh from the arrays.
+    pub(super) fn compute_key_stride(&self) -> usize {
         let driver = self.maps().first().map_or(0, |m| m.requests.len());
         let sched = self
             .sched
@@ -105,11 +112,13 @@ impl<T, P: Platform> QueueTags<T, P> {
     /// assert_eq!(queue.nr_keys(), 8);
     /// queue.free(rq).unwrap();
     /// ```
+    #[inline]
     pub fn key_of(&self, rq: &Rq) -> usize {
         rq.map() * self.key_stride() + rq.index()
     }
 
     /// How many distinct [`key_of`](Self::key_of) values this queue's requests can have.
+    #[inline]
     pub fn nr_keys(&self) -> usize {
         self.maps().len() * self.key_stride()
     }
@@ -140,6 +149,7 @@ impl<T, P: Platform> QueueTags<T, P> {
         }
         let _guard = self.set.iter_lock.lock();
         self.sched = None;
+        self.key_stride = self.compute_key_stride();
         Ok(())
     }
 
