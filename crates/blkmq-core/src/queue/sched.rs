@@ -336,7 +336,12 @@ impl<D: Driver> RequestQueue<D> {
             }
             Pick::Got { rq, more, time } => (rq, more, time),
         };
-        let own = self.rq_hctx(&rq, hctx);
+        // With one hardware queue every request is its own: no look-up to tell.
+        let own = if self.hctxs.len() == 1 {
+            hctx
+        } else {
+            self.rq_hctx(&rq, hctx)
+        };
         if own != hctx {
             // Another hardware queue's request: its own runner issues it (and checks
             // whether that queue may dispatch), so `last` and commits stay per queue.
