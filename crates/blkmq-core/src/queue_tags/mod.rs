@@ -328,8 +328,8 @@ impl<T, P: Platform> QueueTags<T, P> {
     fn owner(&self, rq: &Rq) -> Result<Resolved<'_, T, P::RawMutex>, TagError> {
         let m = rq.map();
         let tag = rq.index();
-        let owner = if rq.pool() == self.set.id {
-            Owner::Driver(m, self.set.maps.get(m).ok_or(TagError::ForeignRequest)?)
+        let owner = if rq.pool() == self.set_id {
+            Owner::Driver(m, self.maps().get(m).ok_or(TagError::ForeignRequest)?)
         } else {
             match &self.sched {
                 Some(sched) if sched.id == rq.pool() => {
