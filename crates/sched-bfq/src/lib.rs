@@ -234,14 +234,25 @@ struct Balance {
     raised: u64,
     per_class: [u32; 3],
     groups_active: u32,
+    /// Whether the active queues differ in weight, class or group: what
+    /// [`refresh`](Self::refresh) found at the last change of the counts.
+    asymmetric: bool,
 }
 
 impl Balance {
+    /// Whether the active queues differ in weight, class or group (read on every
+    /// completion that may idle; worked out only when the counts change).
     fn asymmetric(&self) -> bool {
+        self.asymmetric
+    }
+
+    /// Works out [`asymmetric`](Self::asymmetric) again after a change of the counts.
+    fn refresh(&mut self) {
         let classes = self.per_class.iter().filter(|&&n| n > 0).count();
-        u128::from(self.plain) * self.sum_sq != u128::from(self.sum) * u128::from(self.sum)
+        self.asymmetric = u128::from(self.plain) * self.sum_sq
+            != u128::from(self.sum) * u128::from(self.sum)
             || classes > 1
-            || self.groups_active > 1
+            || self.groups_active > 1;
     }
 }
 

@@ -761,6 +761,7 @@ impl Bfq {
 
     /// Brings the balance (active queues, their weights, classes and groups) up to date
     /// for `q`.
+    #[inline]
     pub(crate) fn reaccount(&mut self, q: u32) {
         let queue = &self.queues[q as usize];
         let active = queue.live
@@ -769,8 +770,17 @@ impl Bfq {
                 || !self.lists.is_empty(Self::fifo(q)));
         let want = active.then_some((queue.weight(), queue.class, queue.group, queue.wr_coeff > 1));
         if want == queue.counted {
+            // The common case (nothing changed), inline: a test and a return.
             return;
         }
+        self.recount(q, want);
+    }
+
+    /// [`reaccount`](Self::reaccount) when `q`'s standing changed to `want`: kept out of
+    /// line, so that the common call, with nothing changed, is a test and a return.
+    #[inline(never)]
+    fn recount(&mut self, q: u32, want: Option<(u32, Class, u32, bool)>) {
+        let queue = &self.queues[q as usize];
         if let Some((w, class, group, raised)) = queue.counted {
             self.count(w, class, group, raised, false);
         }
@@ -823,5 +833,6 @@ impl Bfq {
                 b.groups_active -= 1;
             }
         }
+        b.refresh();
     }
 }
