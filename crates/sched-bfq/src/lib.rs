@@ -457,12 +457,21 @@ impl Bfq {
 
     /// A sync queue's issuer changed priority: new class and weight, applied from its next
     /// activation.
+    #[inline]
     fn check_prio(&mut self, q: u32, prio: IoPrio) {
-        let queue = &mut self.queues[q as usize];
+        let queue = &self.queues[q as usize];
         let class = class_of(prio.class());
         if queue.class == class && queue.level == prio.level() {
+            // The common case (unchanged), inline: a test and a return.
             return;
         }
+        self.change_prio(q, class, prio);
+    }
+
+    /// [`check_prio`](Self::check_prio) when the priority changed, out of line.
+    #[inline(never)]
+    fn change_prio(&mut self, q: u32, class: Class, prio: IoPrio) {
+        let queue = &mut self.queues[q as usize];
         queue.class = class;
         queue.level = prio.level();
         if !queue.explicit_weight {
