@@ -486,11 +486,11 @@ impl<D: Driver> RequestQueue<D> {
 }
 
 impl<D: Driver> ElvBackend for RequestQueue<D> {
-    fn io<'a>(&'a self, rq: &'a Rq) -> Result<&'a RqIo, TagError> {
-        self.tags().io(rq)
+    fn io<'a>(&'a self, rq: &'a Rq) -> Option<&'a RqIo> {
+        self.tags().elv_io(rq)
     }
-    fn io_mut<'a>(&'a self, rq: &'a mut Rq) -> Result<&'a mut RqIo, TagError> {
-        self.tags().io_mut(rq)
+    fn io_mut<'a>(&'a self, rq: &'a mut Rq) -> Option<&'a mut RqIo> {
+        self.tags().elv_io_mut(rq)
     }
     fn append(&self, rq: &mut Rq, bio: Bio) -> Result<Result<(), Bio>, TagError> {
         let merged = self.tags().append_bio(rq, bio);

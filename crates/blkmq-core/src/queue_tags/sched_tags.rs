@@ -4,7 +4,7 @@ use alloc::boxed::Box;
 
 use crate::error::{ConfigError, TagError};
 use crate::platform::Platform;
-use crate::request::Rq;
+use crate::request::{Request, Rq, RqIo};
 use crate::tags::{MapParams, RequestInit, TagMap};
 use crate::tagset::{MAX_SCHED_DEPTH, TagSetFlags, next_pool_id};
 
@@ -97,6 +97,37 @@ impl<T, P: Platform> QueueTags<T, P> {
             .and_then(|s| s.maps.first())
             .map_or(0, |m| m.requests.len());
         driver.max(sched)
+    }
+
+    /// The I/O of a request an elevator holds (what [`io`](Self::io) gives), resolved
+    /// against the scheduler tags first, where an elevator's requests come from; `None`
+    /// when `rq` is not this queue's.
+    #[inline]
+    pub(crate) fn elv_io<'a>(&'a self, rq: &'a Rq) -> Option<&'a RqIo> {
+        let request = self.elv_request(rq)?;
+        // SAFETY: `rq` is the request's unique token and the result borrows it, so no
+        // `&mut RqIo` (which needs the token borrowed mutably) can exist meanwhile.
+        Some(unsafe { request.io_ref() })
+    }
+
+    /// [`elv_io`](Self::elv_io), to change.
+    #[inline]
+    pub(crate) fn elv_io_mut<'a>(&'a self, rq: &'a mut Rq) -> Option<&'a mut RqIo> {
+        let request = self.elv_request(rq)?;
+        // SAFETY: we hold the unique token mutably for the result's lifetime.
+        Some(unsafe { request.io_mut() })
+    }
+
+    /// The request `rq` names, tried as a scheduler request first.
+    #[inline(always)]
+    fn elv_request(&self, rq: &Rq) -> Option<&Request<T>> {
+        if let Some(sched) = self.sched.as_ref().filter(|s| s.id == rq.pool()) {
+            let request = sched.maps.get(rq.map())?.requests.get(rq.index())?;
+            return request
+                .is_owned_by(self.id, rq.generation())
+                .then_some(request);
+        }
+        self.request(rq).ok()
     }
 
     /// A dense index of the request `rq` names, below [`nr_keys`](Self::nr_keys): its map
