@@ -182,12 +182,14 @@ impl<'a> ElvCx<'a> {
     }
 
     /// The time [`now_ns`](Self::now_ns) gave, if anything asked for it yet.
+    #[inline]
     pub(crate) fn time_read(&self) -> Option<u64> {
         cached(&self.now_ns)
     }
 
     /// The freshest time this context read, precise or coarse, if it read one: good for a
     /// request's start stamp, which needs only the coarse clock.
+    #[inline]
     pub(crate) fn stamp_read(&self) -> Option<u64> {
         self.time_read().or_else(|| cached(&self.coarse_ns))
     }
