@@ -145,6 +145,11 @@ impl Elevator for Bfq {
         self.bio_merge_held(cx, bio)
     }
 
+    fn may_merge(&self) -> bool {
+        // As `bio_merge`: only a queued request takes a bio.
+        self.lists.total() != 0
+    }
+
     fn request_merged(&mut self, cx: &ElvCx<'_>, key: usize, kind: MergeKind) {
         if let Some(sectors) = self.sorted.request_merged(cx, key, kind) {
             self.info[key].sectors = sectors;

@@ -189,7 +189,7 @@ impl<D: Driver> RequestQueue<D> {
             return Err(usage);
         };
         let mut bio = *bio;
-        if mergeable {
+        if mergeable && e.may_merge() {
             match e.bio_merge(&cx, bio) {
                 Ok(()) => {
                     drop(guard);
