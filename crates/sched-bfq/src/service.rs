@@ -761,7 +761,7 @@ impl Bfq {
 
     /// Brings the balance (active queues, their weights, classes and groups) up to date
     /// for `q`.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn reaccount(&mut self, q: u32) {
         let queue = &self.queues[q as usize];
         let active = queue.live
