@@ -196,6 +196,17 @@ impl Bfq {
     /// (Linux's `bfq_choose_req`).
     pub(crate) fn next_rq(&self, q: u32) -> Option<usize> {
         let t = q as usize;
+        if self.queued_in(q) == 1 {
+            // One request queued (the common case of a lone issuer): its FIFO's head, the
+            // only key of its tree, is the choice wherever the head is.
+            let only = self.lists.front(Self::fifo(q));
+            debug_assert!(
+                only.is_some_and(|k| self.sorted.forest().tree_of(k) == Some(t))
+                    && self.sorted.forest().first(t) == self.sorted.forest().last(t),
+                "a queue's FIFO and its sector tree hold the same requests"
+            );
+            return only;
+        }
         let pos = self.last_position;
         let ahead = self.sorted.forest().lower_bound(t, pos);
         let behind = match ahead {
