@@ -278,6 +278,9 @@ pub struct Bfq {
     idle: SlotList,
     groups: Vec<Group>,
     issuers: BTreeMap<IssuerId, Issuer>,
+    /// The sync queue the last preparation found: the next one, most often of the same
+    /// issuer, checks it before looking the issuer up (see [`Bfq::sync_queue_of`]).
+    last_sync: u32,
     balance: Balance,
     burst: Burst,
     // The turn.
@@ -357,6 +360,7 @@ impl Bfq {
             idle: SlotList::new(),
             groups: alloc::vec![root],
             issuers: BTreeMap::new(),
+            last_sync: NO_QUEUE,
             balance: Balance::default(),
             burst: Burst::default(),
             in_service: NO_QUEUE,
@@ -421,6 +425,13 @@ impl Bfq {
             return None;
         }
         let q = u32::try_from(io.sched_data[SD_QUEUE].checked_sub(1)?).ok()?;
+        self.sync_queue_of(q, issuer)
+    }
+
+    /// `q`, if it is a live sync queue of `issuer`: then it is the one the issuer's entry
+    /// names, what [`find_queue`](Self::find_queue) would say (see
+    /// [`prepared_queue`](Self::prepared_queue)).
+    fn sync_queue_of(&self, q: u32, issuer: IssuerId) -> Option<u32> {
         let queue = self.queues.get(q as usize)?;
         (queue.live && queue.sync && queue.issuer == issuer.0).then_some(q)
     }
