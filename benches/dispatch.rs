@@ -90,7 +90,8 @@ mod common;
 mod inline;
 
 use common::{
-    PAIRED_ROUNDS, config, criterion_median, paired_ratio, paired_wanted, rendezvous, wait_for,
+    PAIRED_ROUNDS, bind_to_cpu, config, criterion_median, paired_ratio, paired_wanted, rendezvous,
+    wait_for,
 };
 use inline::Inline;
 
@@ -501,6 +502,7 @@ impl<D: NullDriver> Workload for Plugged<'_, D> {
 
 /// One thread (CPU 0) doing `iters` steps of `imp`; returns the time it took.
 fn one_thread<W: Workload>(imp: &W, iters: u64) -> Duration {
+    bind_to_cpu(0);
     let mut local = imp.local(0);
     let start = Instant::now();
     for _ in 0..iters {
@@ -515,25 +517,31 @@ fn one_thread<W: Workload>(imp: &W, iters: u64) -> Duration {
 fn two_threads<W: Workload>(imp: &W, iters: u64) -> Duration {
     let ready = AtomicUsize::new(0);
     let done = AtomicUsize::new(0);
+    let (ready, done) = (&ready, &done);
     thread::scope(|s| {
-        s.spawn(|| {
+        // The second thread takes copies of what it needs: reading them through this
+        // frame would share its cache lines with the first thread's state, which lives
+        // here and changes on every step.
+        s.spawn(move || {
+            bind_to_cpu(1);
             let mut local = imp.local(1);
-            rendezvous(&ready, THREADS);
+            rendezvous(ready, THREADS);
             for _ in 0..iters {
                 imp.step(&mut local);
             }
             imp.finish(&mut local);
             done.fetch_add(1, Ordering::AcqRel);
         });
+        bind_to_cpu(0);
         let mut local = imp.local(0);
-        rendezvous(&ready, THREADS);
+        rendezvous(ready, THREADS);
         let start = Instant::now();
         for _ in 0..iters {
             imp.step(&mut local);
         }
         imp.finish(&mut local);
         done.fetch_add(1, Ordering::AcqRel);
-        wait_for(&done, THREADS);
+        wait_for(done, THREADS);
         start.elapsed()
     })
 }

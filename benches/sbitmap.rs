@@ -46,7 +46,8 @@ use crossbeam_utils::CachePadded;
 
 mod common;
 use common::{
-    PAIRED_ROUNDS, config, criterion_median, paired_ratio, paired_wanted, rendezvous, wait_for,
+    PAIRED_ROUNDS, bind_to_cpu, config, criterion_median, paired_ratio, paired_wanted, rendezvous,
+    wait_for,
 };
 
 /// The depths every group is run at: a small tag set (words of 8 bits), a typical one
@@ -215,6 +216,7 @@ fn two_threads<A: GetPut>(imp: &A, iters: u64) -> Duration {
     let done = AtomicUsize::new(0);
     thread::scope(|s| {
         s.spawn(|| {
+            bind_to_cpu(1);
             let mut local = imp.local(1);
             rendezvous(&ready, 2);
             for _ in 0..iters {
@@ -222,6 +224,7 @@ fn two_threads<A: GetPut>(imp: &A, iters: u64) -> Duration {
             }
             done.fetch_add(1, Ordering::AcqRel);
         });
+        bind_to_cpu(0);
         let mut local = imp.local(0);
         rendezvous(&ready, 2);
         let start = Instant::now();
@@ -327,6 +330,7 @@ const PAIRED_PAIRS: u64 = 200_000;
 
 /// One thread doing `iters` get+put pairs; returns the time it took.
 fn one_thread<A: GetPut>(imp: &A, iters: u64) -> Duration {
+    bind_to_cpu(0);
     let mut local = imp.local(0);
     let start = Instant::now();
     for _ in 0..iters {

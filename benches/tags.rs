@@ -63,7 +63,8 @@ use crossbeam_utils::CachePadded;
 
 mod common;
 use common::{
-    PAIRED_ROUNDS, config, criterion_median, paired_ratio, paired_wanted, rendezvous, wait_for,
+    PAIRED_ROUNDS, bind_to_cpu, config, criterion_median, paired_ratio, paired_wanted, rendezvous,
+    wait_for,
 };
 
 /// The depths every group runs at: words of 16 bits and of 64 bits, four words each.
@@ -287,6 +288,7 @@ impl Contenders {
 
 /// One thread (CPU 0) doing `iters` pairs on `imp`; returns the time it took.
 fn one_thread<A: GetPut>(imp: &A, iters: u64) -> Duration {
+    bind_to_cpu(0);
     let local = imp.local(0);
     let start = Instant::now();
     for _ in 0..iters {
@@ -302,6 +304,7 @@ fn two_threads<A: GetPut>(imp: &A, iters: u64) -> Duration {
     let done = AtomicUsize::new(0);
     thread::scope(|s| {
         s.spawn(|| {
+            bind_to_cpu(1);
             let local = imp.local(1);
             rendezvous(&ready, THREADS);
             for _ in 0..iters {
@@ -309,6 +312,7 @@ fn two_threads<A: GetPut>(imp: &A, iters: u64) -> Duration {
             }
             done.fetch_add(1, Ordering::AcqRel);
         });
+        bind_to_cpu(0);
         let local = imp.local(0);
         rendezvous(&ready, THREADS);
         let start = Instant::now();

@@ -64,6 +64,34 @@ pub(crate) fn paired_wanted() -> bool {
 /// Rounds of each paired comparison.
 pub(crate) const PAIRED_ROUNDS: usize = 41;
 
+/// Binds the calling thread to CPU `cpu` of the machine (taken modulo the CPUs it may run
+/// on), so that two threads measured together each have a CPU of their own from their
+/// first step: left to the scheduler, a thread spawned while the last round's threads are
+/// still exiting starts on its parent's CPU and shares it until a load balance moves it,
+/// which can take longer than a round. Where the machine does not allow it, nothing
+/// changes.
+pub(crate) fn bind_to_cpu(cpu: usize) {
+    #[cfg(target_os = "linux")]
+    {
+        // The machine's CPUs, not the calling thread's: a thread spawned by a bound one
+        // inherits its single CPU.
+        // SAFETY: `sysconf` only reads the system's configuration.
+        let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+        let cpus = usize::try_from(online)
+            .unwrap_or(1)
+            .clamp(1, libc::CPU_SETSIZE as usize);
+        // SAFETY: `set` is a plain bit set, zeroed and then filled by `CPU_SET` with one
+        // CPU below its size; `sched_setaffinity` only reads it, for the calling thread (0).
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu % cpus, &mut set);
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = cpu;
+}
+
 /// Waits until `count` threads have arrived at `arrived`.
 pub(crate) fn rendezvous(arrived: &AtomicUsize, count: usize) {
     arrived.fetch_add(1, Ordering::AcqRel);

@@ -651,13 +651,29 @@ impl Shared {
         }
         let mut reaped: u64 = 0;
         let mut errors = 0u32;
+        // The queue, held from the first completion while operations are in flight on this
+        // ring: taking and dropping a reference per wake-up would write the queue's
+        // reference count, one line every reaper shares, a few completions apart.
+        let mut queue: Option<Arc<RequestQueue<UringDisk>>> = None;
         loop {
-            {
+            let (idle, stopped) = {
                 let mut sq = ring.sq.lock().unwrap_or_else(|e| e.into_inner());
-                if self.stop.load(Ordering::Acquire) && reaped == sq.pushed {
-                    return;
+                let idle = reaped == sq.pushed;
+                let stopped = idle && self.stop.load(Ordering::Acquire);
+                if !stopped {
+                    sq.reaping = false;
                 }
-                sq.reaping = false;
+                (idle, stopped)
+            };
+            if idle {
+                // Nothing in flight here, so nothing to end until a new submission: let
+                // the queue go before waiting, or a queue dropped while its rings are
+                // quiet would wait for us. If this is the last reference, the host (and
+                // the disk) may drop with it, on this thread.
+                drop(queue.take());
+            }
+            if stopped {
+                return;
             }
             // Enters whatever was pushed while we were ending requests, and waits.
             match ring.uring.submitter().submit_and_wait(1) {
@@ -674,7 +690,6 @@ impl Shared {
             }
             ring.sq.lock().unwrap_or_else(|e| e.into_inner()).reaping = true;
             BATCH.with(|batch| batch.set((self as *const Shared, 0)));
-            let mut queue: Option<Arc<RequestQueue<UringDisk>>> = None;
             // Completions are taken off the ring a batch at a time: the kernel sees the
             // ring's head move once per batch, not once per completion.
             let mut batch = [(0u64, 0i32); 32];
@@ -717,9 +732,6 @@ impl Shared {
                     self.rings[other].enter();
                 }
             }
-            // Dropped here, not while the queue may be ending the last request: if this is
-            // the last reference, the host (and the disk) may drop with it, on this thread.
-            drop(queue);
         }
     }
 

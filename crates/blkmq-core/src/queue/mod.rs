@@ -138,6 +138,8 @@ use alloc::vec::Vec;
 use core::cell::UnsafeCell;
 use core::fmt;
 
+use crossbeam_utils::CachePadded;
+
 use crate::bio::{Bio, Status};
 use crate::driver::{Driver, HctxCx};
 use crate::elevator::{Elevator, ElvCx, ElvSlot};
@@ -291,8 +293,10 @@ pub struct RequestQueue<D: Driver> {
     id: u32,
     limits: QueueLimits,
     maps: QueueMaps,
-    hctxs: Box<[HwCtx<D>]>,
-    ctxs: Box<[SwCtx<D>]>,
+    /// Each on lines of its own: neighbours are written from other CPUs on every I/O.
+    hctxs: Box<[CachePadded<HwCtx<D>>]>,
+    /// Each on lines of its own, as `hctxs`.
+    ctxs: Box<[CachePadded<SwCtx<D>>]>,
     /// Changed only frozen (no usage) and quiesced (no runner): see [`Self::tags`].
     tags: UnsafeCell<QueueTags<D::Payload, D::Platform>>,
     elevator: ElvSlot<Lock<D, Option<Box<dyn Elevator>>>>,
@@ -379,29 +383,31 @@ impl<D: Driver> RequestQueue<D> {
                 }
                 None => (0, usize::MAX, 0),
             };
-            ctxs.push(SwCtx {
+            ctxs.push(CachePadded::new(SwCtx {
                 list: lock_api::Mutex::new(VecDeque::with_capacity(cap)),
                 hctx,
                 pos,
-            });
+            }));
         }
         let hctxs = per_hctx
             .into_iter()
-            .map(|ctxs| HwCtx {
-                run_claim: AtomicU32::new(0),
-                stopped: AtomicBool::new(false),
-                inactive: AtomicBool::new(false),
-                dispatch: lock_api::Mutex::new(VecDeque::with_capacity(capacity)),
-                dispatch_len: AtomicUsize::new(0),
-                ctx_has_work: (0..ctxs.len().div_ceil(64))
-                    .map(|_| AtomicU64::new(0))
-                    .collect(),
-                ctxs: ctxs.into_boxed_slice(),
-                next_ctx: AtomicUsize::new(0),
-                one_at_a_time: AtomicBool::new(false),
-                look: AtomicU64::new(0),
-                run_batch: lock_api::Mutex::new(VecDeque::with_capacity(capacity)),
-                flush: lock_api::Mutex::new(flush::FlushQueue::new(flush_room)),
+            .map(|ctxs| {
+                CachePadded::new(HwCtx {
+                    run_claim: AtomicU32::new(0),
+                    stopped: AtomicBool::new(false),
+                    inactive: AtomicBool::new(false),
+                    dispatch: lock_api::Mutex::new(VecDeque::with_capacity(capacity)),
+                    dispatch_len: AtomicUsize::new(0),
+                    ctx_has_work: (0..ctxs.len().div_ceil(64))
+                        .map(|_| AtomicU64::new(0))
+                        .collect(),
+                    ctxs: ctxs.into_boxed_slice(),
+                    next_ctx: AtomicUsize::new(0),
+                    one_at_a_time: AtomicBool::new(false),
+                    look: AtomicU64::new(0),
+                    run_batch: lock_api::Mutex::new(VecDeque::with_capacity(capacity)),
+                    flush: lock_api::Mutex::new(flush::FlushQueue::new(flush_room)),
+                })
             })
             .collect();
         let mut slots = host.queues.lock();
