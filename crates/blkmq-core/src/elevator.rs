@@ -614,6 +614,42 @@ pub trait Elevator: core::any::Any + Send {
         Err(bio)
     }
 
+    /// Whether [`bio_merge`](Self::bio_merge) could take a bio now. `false` (nothing held
+    /// to merge into) lets the queue skip the call, and the bio's trip through it and
+    /// back. The provided method says yes, so `bio_merge` is always asked; mq-deadline and
+    /// BFQ say whether they hold requests queued.
+    ///
+    /// ```
+    /// use blkmq_core::*;
+    /// use std::collections::VecDeque;
+    ///
+    /// /// First in, first out; merges into nothing, and says so.
+    /// #[derive(Default)]
+    /// struct Fifo(VecDeque<Rq>);
+    /// impl Elevator for Fifo {
+    /// #     fn name(&self) -> &'static str { "fifo" }
+    /// #     fn insert_requests(&mut self, _: &ElvCx, rqs: &mut dyn Iterator<Item = Rq>, _: bool) {
+    /// #         self.0.extend(rqs);
+    /// #     }
+    /// #     fn dispatch_request(&mut self, _: &ElvCx<'_>, _: usize) -> Option<Rq> {
+    /// #         self.0.pop_front()
+    /// #     }
+    /// #     fn has_work(&self, _: usize) -> bool { !self.0.is_empty() }
+    ///     fn may_merge(&self) -> bool {
+    ///         false
+    ///     }
+    /// }
+    ///
+    /// let host = Host::new(TagSet::builder(8), StdPlatform::new(), testing::Null::new()).unwrap();
+    /// let config = QueueConfig::new(QueueLimits::new(1024)).elevator(Box::new(Fifo::default()));
+    /// let queue = host.add_queue(config).unwrap();
+    /// assert!(!queue.with_elevator(|fifo: &mut Fifo| fifo.may_merge()).unwrap());
+    /// queue.submit(Bio::new(Op::Read, 0, 8)).unwrap(); // no merge asked: a request at once
+    /// ```
+    fn may_merge(&self) -> bool {
+        true
+    }
+
     /// A request that went through the elevator is being freed (completed, or ended with
     /// an error before it was dispatched). Under the lock, after
     /// [`completed_request`](Self::completed_request) for one the device completed; with a

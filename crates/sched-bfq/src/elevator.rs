@@ -54,10 +54,20 @@ impl Elevator for Bfq {
             return;
         };
         let (sync, prio, issuer) = (is_sync(io.op(), io.flags()), io.prio(), io.issuer());
-        let q = match self.find_queue(issuer, sync, prio) {
+        // The issuer of the last sync request, most often, whose queue needs no look-up.
+        let last = self.last_sync;
+        let hinted = if sync {
+            self.sync_queue_of(last, issuer)
+        } else {
+            None
+        };
+        let q = match hinted.or_else(|| self.find_queue(issuer, sync, prio)) {
             Some(q) => q,
             None => self.queue_for(issuer, sync, prio, cx.now_ns()),
         };
+        if sync {
+            self.last_sync = q;
+        }
         io.sched_data[SD_QUEUE] = u64::from(q) + 1;
     }
 
@@ -143,6 +153,11 @@ impl Elevator for Bfq {
             return Err(bio);
         }
         self.bio_merge_held(cx, bio)
+    }
+
+    fn may_merge(&self) -> bool {
+        // As `bio_merge`: only a queued request takes a bio.
+        self.lists.total() != 0
     }
 
     fn request_merged(&mut self, cx: &ElvCx<'_>, key: usize, kind: MergeKind) {

@@ -234,14 +234,25 @@ struct Balance {
     raised: u64,
     per_class: [u32; 3],
     groups_active: u32,
+    /// Whether the active queues differ in weight, class or group: what
+    /// [`refresh`](Self::refresh) found at the last change of the counts.
+    asymmetric: bool,
 }
 
 impl Balance {
+    /// Whether the active queues differ in weight, class or group (read on every
+    /// completion that may idle; worked out only when the counts change).
     fn asymmetric(&self) -> bool {
+        self.asymmetric
+    }
+
+    /// Works out [`asymmetric`](Self::asymmetric) again after a change of the counts.
+    fn refresh(&mut self) {
         let classes = self.per_class.iter().filter(|&&n| n > 0).count();
-        u128::from(self.plain) * self.sum_sq != u128::from(self.sum) * u128::from(self.sum)
+        self.asymmetric = u128::from(self.plain) * self.sum_sq
+            != u128::from(self.sum) * u128::from(self.sum)
             || classes > 1
-            || self.groups_active > 1
+            || self.groups_active > 1;
     }
 }
 
@@ -267,6 +278,9 @@ pub struct Bfq {
     idle: SlotList,
     groups: Vec<Group>,
     issuers: BTreeMap<IssuerId, Issuer>,
+    /// The sync queue the last preparation found: the next one, most often of the same
+    /// issuer, checks it before looking the issuer up (see [`Bfq::sync_queue_of`]).
+    last_sync: u32,
     balance: Balance,
     burst: Burst,
     // The turn.
@@ -346,6 +360,7 @@ impl Bfq {
             idle: SlotList::new(),
             groups: alloc::vec![root],
             issuers: BTreeMap::new(),
+            last_sync: NO_QUEUE,
             balance: Balance::default(),
             burst: Burst::default(),
             in_service: NO_QUEUE,
@@ -410,6 +425,13 @@ impl Bfq {
             return None;
         }
         let q = u32::try_from(io.sched_data[SD_QUEUE].checked_sub(1)?).ok()?;
+        self.sync_queue_of(q, issuer)
+    }
+
+    /// `q`, if it is a live sync queue of `issuer`: then it is the one the issuer's entry
+    /// names, what [`find_queue`](Self::find_queue) would say (see
+    /// [`prepared_queue`](Self::prepared_queue)).
+    fn sync_queue_of(&self, q: u32, issuer: IssuerId) -> Option<u32> {
         let queue = self.queues.get(q as usize)?;
         (queue.live && queue.sync && queue.issuer == issuer.0).then_some(q)
     }
@@ -446,12 +468,21 @@ impl Bfq {
 
     /// A sync queue's issuer changed priority: new class and weight, applied from its next
     /// activation.
+    #[inline]
     fn check_prio(&mut self, q: u32, prio: IoPrio) {
-        let queue = &mut self.queues[q as usize];
+        let queue = &self.queues[q as usize];
         let class = class_of(prio.class());
         if queue.class == class && queue.level == prio.level() {
+            // The common case (unchanged), inline: a test and a return.
             return;
         }
+        self.change_prio(q, class, prio);
+    }
+
+    /// [`check_prio`](Self::check_prio) when the priority changed, out of line.
+    #[inline(never)]
+    fn change_prio(&mut self, q: u32, class: Class, prio: IoPrio) {
+        let queue = &mut self.queues[q as usize];
         queue.class = class;
         queue.level = prio.level();
         if !queue.explicit_weight {

@@ -27,6 +27,10 @@ pub(crate) const SEEKY_LIMIT: u32 = 4;
 /// Think-time samples are kept x256; an estimate is trusted past this weight.
 const TTIME_VALID: u64 = 80;
 
+/// The think-time sample count that the decay `(7 * n + 256) / 8` settles at from 0.
+const TTIME_SETTLED: u64 = 249;
+const _: () = assert!((7 * TTIME_SETTLED + 256) / 8 == TTIME_SETTLED);
+
 /// The idle wait of a seeky queue is capped at this (Linux's `BFQ_MIN_TT`).
 pub(crate) const SEEKY_IDLE_NS: u64 = 2 * MS;
 /// A raised queue is idled for at least this long.
@@ -228,11 +232,14 @@ impl Queue {
         let elapsed = now.saturating_sub(self.last_end_ns).min(2 * slice_idle);
         self.ttime_samples = (7 * self.ttime_samples + 256) / 8;
         self.ttime_total = (7 * self.ttime_total + 256 * elapsed) / 8;
-        // The sample count settles at 256 (the fixed point of the decay): a shift then.
-        self.ttime_mean = if self.ttime_samples == 256 {
-            (self.ttime_total + 128) >> 8
+        // The sample count climbs from 0 to 249, where the decay's rounding down holds it
+        // (`(7 * 249 + 256) / 8 == 249`): from then on the divisor is a constant, which
+        // the compiler turns into a multiply, not a division.
+        let total = self.ttime_total + 128;
+        self.ttime_mean = if self.ttime_samples == TTIME_SETTLED {
+            total / TTIME_SETTLED
         } else {
-            (self.ttime_total + 128) / self.ttime_samples
+            total / self.ttime_samples
         };
     }
 

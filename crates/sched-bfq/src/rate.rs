@@ -44,6 +44,7 @@ pub(crate) struct PeakRate {
 impl PeakRate {
     /// Notes a dispatch of `sectors` at `sector` at `now`, `in_flight` requests being in
     /// the device before it. Returns true when the estimate changed.
+    #[inline]
     pub(crate) fn dispatched(
         &mut self,
         sector: u64,
@@ -84,7 +85,9 @@ impl PeakRate {
     }
 
     /// Ends the interval, folding its rate into the estimate when it qualifies, and starts
-    /// a new one with the dispatch of `sectors` at `now`.
+    /// a new one with the dispatch of `sectors` at `now`. Once an interval, so kept out of
+    /// the line of every dispatch.
+    #[inline(never)]
     fn close(&mut self, sectors: u64, now: u64) -> bool {
         let mut changed = false;
         if self.samples >= MIN_SAMPLES && self.delta >= MIN_INTERVAL_NS {

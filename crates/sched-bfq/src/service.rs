@@ -196,6 +196,17 @@ impl Bfq {
     /// (Linux's `bfq_choose_req`).
     pub(crate) fn next_rq(&self, q: u32) -> Option<usize> {
         let t = q as usize;
+        if self.queued_in(q) == 1 {
+            // One request queued (the common case of a lone issuer): its FIFO's head, the
+            // only key of its tree, is the choice wherever the head is.
+            let only = self.lists.front(Self::fifo(q));
+            debug_assert!(
+                only.is_some_and(|k| self.sorted.forest().tree_of(k) == Some(t))
+                    && self.sorted.forest().first(t) == self.sorted.forest().last(t),
+                "a queue's FIFO and its sector tree hold the same requests"
+            );
+            return only;
+        }
         let pos = self.last_position;
         let ahead = self.sorted.forest().lower_bound(t, pos);
         let behind = match ahead {
@@ -761,6 +772,7 @@ impl Bfq {
 
     /// Brings the balance (active queues, their weights, classes and groups) up to date
     /// for `q`.
+    #[inline(always)]
     pub(crate) fn reaccount(&mut self, q: u32) {
         let queue = &self.queues[q as usize];
         let active = queue.live
@@ -769,8 +781,17 @@ impl Bfq {
                 || !self.lists.is_empty(Self::fifo(q)));
         let want = active.then_some((queue.weight(), queue.class, queue.group, queue.wr_coeff > 1));
         if want == queue.counted {
+            // The common case (nothing changed), inline: a test and a return.
             return;
         }
+        self.recount(q, want);
+    }
+
+    /// [`reaccount`](Self::reaccount) when `q`'s standing changed to `want`: kept out of
+    /// line, so that the common call, with nothing changed, is a test and a return.
+    #[inline(never)]
+    fn recount(&mut self, q: u32, want: Option<(u32, Class, u32, bool)>) {
+        let queue = &self.queues[q as usize];
         if let Some((w, class, group, raised)) = queue.counted {
             self.count(w, class, group, raised, false);
         }
@@ -823,5 +844,6 @@ impl Bfq {
                 b.groups_active -= 1;
             }
         }
+        b.refresh();
     }
 }

@@ -580,7 +580,10 @@ impl Wf2q {
             let st = &mut self.scheds[p as usize].trees[class.idx()];
             if st.wsum > 0 {
                 st.vtime = st.vtime.wrapping_add(delta(service, st.wsum));
-                self.forget_idle(p, class);
+                // Nothing remembered idle (the common case): nothing to forget.
+                if st.idle != NIL {
+                    self.forget_idle(p, class);
+                }
             }
             x = p;
         }

@@ -736,6 +736,11 @@ impl Elevator for Deadline {
         self.bio_merge_held(cx, bio)
     }
 
+    fn may_merge(&self) -> bool {
+        // As `bio_merge`: only a queued request takes a bio.
+        self.queued() != 0
+    }
+
     fn finish_request(&mut self, cx: &ElvCx<'_>, rq: &Rq) {
         // What the queue has the shared part do without the lock, plus tidying the key's
         // entry (which the next insertion of the key would start afresh anyway).

@@ -45,9 +45,11 @@ pub struct ElvCx<'a> {
 
 /// The request operations an [`ElvCx`] forwards.
 pub(crate) trait ElvBackend {
-    fn io<'a>(&'a self, rq: &'a Rq) -> Result<&'a RqIo, TagError>;
+    /// The request's I/O; `None` for a token of another queue (one pointer, returned in a
+    /// register).
+    fn io<'a>(&'a self, rq: &'a Rq) -> Option<&'a RqIo>;
     #[allow(clippy::mut_from_ref)] // the token is borrowed mutably: one `&mut RqIo` per request
-    fn io_mut<'a>(&'a self, rq: &'a mut Rq) -> Result<&'a mut RqIo, TagError>;
+    fn io_mut<'a>(&'a self, rq: &'a mut Rq) -> Option<&'a mut RqIo>;
     fn append(&self, rq: &mut Rq, bio: Bio) -> Result<Result<(), Bio>, TagError>;
     fn prepend(&self, rq: &mut Rq, bio: Bio) -> Result<Result<(), Bio>, TagError>;
     fn absorb(&self, into: &mut Rq, from: &mut Rq) -> Result<bool, TagError>;
@@ -66,11 +68,11 @@ pub(crate) trait ElvBackend {
 }
 
 impl<T, P: Platform> ElvBackend for QueueTags<T, P> {
-    fn io<'a>(&'a self, rq: &'a Rq) -> Result<&'a RqIo, TagError> {
-        QueueTags::io(self, rq)
+    fn io<'a>(&'a self, rq: &'a Rq) -> Option<&'a RqIo> {
+        self.elv_io(rq)
     }
-    fn io_mut<'a>(&'a self, rq: &'a mut Rq) -> Result<&'a mut RqIo, TagError> {
-        QueueTags::io_mut(self, rq)
+    fn io_mut<'a>(&'a self, rq: &'a mut Rq) -> Option<&'a mut RqIo> {
+        self.elv_io_mut(rq)
     }
     fn append(&self, rq: &mut Rq, bio: Bio) -> Result<Result<(), Bio>, TagError> {
         self.append_bio(rq, bio)
@@ -180,12 +182,14 @@ impl<'a> ElvCx<'a> {
     }
 
     /// The time [`now_ns`](Self::now_ns) gave, if anything asked for it yet.
+    #[inline]
     pub(crate) fn time_read(&self) -> Option<u64> {
         cached(&self.now_ns)
     }
 
     /// The freshest time this context read, precise or coarse, if it read one: good for a
     /// request's start stamp, which needs only the coarse clock.
+    #[inline]
     pub(crate) fn stamp_read(&self) -> Option<u64> {
         self.time_read().or_else(|| cached(&self.coarse_ns))
     }
@@ -227,7 +231,7 @@ impl<'a> ElvCx<'a> {
     /// ```
     #[inline]
     pub fn io<'b>(&'b self, rq: &'b Rq) -> Result<&'b RqIo, TagError> {
-        self.backend.io(rq)
+        self.backend.io(rq).ok_or(TagError::ForeignRequest)
     }
 
     /// The I/O of a request the elevator holds, to change (its `sched_data`).
@@ -249,7 +253,7 @@ impl<'a> ElvCx<'a> {
     /// ```
     #[inline]
     pub fn io_mut<'b>(&'b self, rq: &'b mut Rq) -> Result<&'b mut RqIo, TagError> {
-        self.backend.io_mut(rq)
+        self.backend.io_mut(rq).ok_or(TagError::ForeignRequest)
     }
 
     /// A dense index for the request, below [`nr_keys`](Self::nr_keys): elevators keep
@@ -336,7 +340,7 @@ impl<'a> ElvCx<'a> {
     /// # tags.free(rq).unwrap();
     /// ```
     pub fn merge_bio(&self, rq: &mut Rq, bio: Bio) -> Result<MergeKind, Bio> {
-        let Ok(io) = self.backend.io(rq) else {
+        let Some(io) = self.backend.io(rq) else {
             return Err(bio);
         };
         let Some((kind, span)) = self.limits.merge_span(io, &bio) else {
@@ -348,7 +352,7 @@ impl<'a> ElvCx<'a> {
         };
         match done {
             Ok(Ok(())) => {
-                if let Ok(io) = self.backend.io_mut(rq) {
+                if let Some(io) = self.backend.io_mut(rq) {
                     io.set_span(span);
                 }
                 Ok(kind)
@@ -386,7 +390,7 @@ impl<'a> ElvCx<'a> {
     /// ```
     pub fn merge_requests(&self, into: &mut Rq, mut from: Rq) -> Result<(), Rq> {
         let span = match (self.backend.io(into), self.backend.io(&from)) {
-            (Ok(a), Ok(b)) => self.limits.append_span(a, b),
+            (Some(a), Some(b)) => self.limits.append_span(a, b),
             _ => None,
         };
         let Some(span) = span else {
@@ -395,7 +399,7 @@ impl<'a> ElvCx<'a> {
         if !matches!(self.backend.absorb(into, &mut from), Ok(true)) {
             return Err(from);
         }
-        if let Ok(io) = self.backend.io_mut(into) {
+        if let Some(io) = self.backend.io_mut(into) {
             io.set_span(span);
         }
         self.backend.free_merged(from);
@@ -421,7 +425,7 @@ impl<'a> ElvCx<'a> {
     /// ```
     pub fn can_append(&self, rq: &Rq, next: &Rq) -> bool {
         match (self.backend.io(rq), self.backend.io(next)) {
-            (Ok(a), Ok(b)) => self.limits.can_append(a, b),
+            (Some(a), Some(b)) => self.limits.can_append(a, b),
             _ => false,
         }
     }

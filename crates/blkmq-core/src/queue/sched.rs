@@ -189,7 +189,7 @@ impl<D: Driver> RequestQueue<D> {
             return Err(usage);
         };
         let mut bio = *bio;
-        if mergeable {
+        if mergeable && e.may_merge() {
             match e.bio_merge(&cx, bio) {
                 Ok(()) => {
                     drop(guard);
@@ -336,7 +336,12 @@ impl<D: Driver> RequestQueue<D> {
             }
             Pick::Got { rq, more, time } => (rq, more, time),
         };
-        let own = self.rq_hctx(&rq, hctx);
+        // With one hardware queue every request is its own: no look-up to tell.
+        let own = if self.hctxs.len() == 1 {
+            hctx
+        } else {
+            self.rq_hctx(&rq, hctx)
+        };
         if own != hctx {
             // Another hardware queue's request: its own runner issues it (and checks
             // whether that queue may dispatch), so `last` and commits stay per queue.
@@ -481,11 +486,11 @@ impl<D: Driver> RequestQueue<D> {
 }
 
 impl<D: Driver> ElvBackend for RequestQueue<D> {
-    fn io<'a>(&'a self, rq: &'a Rq) -> Result<&'a RqIo, TagError> {
-        self.tags().io(rq)
+    fn io<'a>(&'a self, rq: &'a Rq) -> Option<&'a RqIo> {
+        self.tags().elv_io(rq)
     }
-    fn io_mut<'a>(&'a self, rq: &'a mut Rq) -> Result<&'a mut RqIo, TagError> {
-        self.tags().io_mut(rq)
+    fn io_mut<'a>(&'a self, rq: &'a mut Rq) -> Option<&'a mut RqIo> {
+        self.tags().elv_io_mut(rq)
     }
     fn append(&self, rq: &mut Rq, bio: Bio) -> Result<Result<(), Bio>, TagError> {
         let merged = self.tags().append_bio(rq, bio);

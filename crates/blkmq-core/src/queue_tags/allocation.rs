@@ -66,6 +66,26 @@ impl<T, P: Platform> QueueTags<T, P> {
             io.set_span(segments);
             return Ok(rq);
         }
+        if let Some(sched) = self.sched.as_ref().filter(|_| self.is_plain_sched(alloc)) {
+            // An elevator's normal allocation (the common case with one): a scheduler
+            // tag, the bio set through the allocation's own reach into the request.
+            let m = self.set.map_index(alloc.hctx);
+            let map = &sched.maps[m];
+            let tag = match map.get_normal(alloc.cpu, alloc.shallow_depth) {
+                Ok(Some(tag)) => tag,
+                Ok(None) => return Err((TagError::WouldBlock, bio)),
+                Err(e) => return Err((e, bio)),
+            };
+            let request = &map.requests[tag];
+            // SAFETY: we hold the tag just allocated, so nobody else reaches `io`.
+            let io = unsafe { request.io_mut() };
+            io.reset(alloc.cpu as u32, false);
+            io.sched_data = [0; 2];
+            io.set_bio(bio);
+            io.set_span(segments);
+            let generation = request.claim(alloc.hctx as u32, self.id);
+            return Ok(Rq::new(sched.id, m, tag, generation));
+        }
         let mut rq = self.alloc_general(alloc).map_err(|e| (e, bio))?;
         match self.set_bio_segments(&mut rq, bio, segments) {
             Ok(()) => Ok(rq),
@@ -87,6 +107,14 @@ impl<T, P: Platform> QueueTags<T, P> {
             && self.sched.is_none()
             && alloc.hctx < self.nr_hw_queues
             && !self.set.is_shared()
+    }
+
+    /// Whether `alloc` is an elevator's common case, done inline by
+    /// [`alloc_with_bio`](Self::alloc_with_bio): a normal scheduler tag (its shallow limit,
+    /// if any, applies) for a hardware queue that exists.
+    #[inline(always)]
+    fn is_plain_sched(&self, alloc: &Alloc) -> bool {
+        !alloc.reserved && alloc.hctx < self.nr_hw_queues
     }
 
     /// The common case of an allocation (see [`is_plain`](Self::is_plain)), inline: the

@@ -192,6 +192,9 @@ pub struct QueueTags<T, P: Platform> {
     maps: core::ptr::NonNull<[TagMap<T, P::RawMutex>]>,
     activity: Box<[CachePadded<Activity>]>,
     sched: Option<SchedTags<T, P::RawMutex>>,
+    /// Requests one map spans in the key space (see `key_of`), kept up to date whenever
+    /// the scheduler tags come or go, so a key is a multiply and an add.
+    key_stride: usize,
 }
 
 /// A token resolved: which array owns the request, and the request.
@@ -218,7 +221,7 @@ impl<T, P: Platform> QueueTags<T, P> {
                 })
             })
             .collect();
-        Self {
+        let mut tags = Self {
             id,
             set_id: set.id,
             nr_hw_queues: set.nr_hw_queues(),
@@ -226,7 +229,10 @@ impl<T, P: Platform> QueueTags<T, P> {
             set,
             activity,
             sched: None,
-        }
+            key_stride: 0,
+        };
+        tags.key_stride = tags.compute_key_stride();
+        tags
     }
 
     /// The driver tag maps, through the cached pointer.
@@ -322,8 +328,8 @@ impl<T, P: Platform> QueueTags<T, P> {
     fn owner(&self, rq: &Rq) -> Result<Resolved<'_, T, P::RawMutex>, TagError> {
         let m = rq.map();
         let tag = rq.index();
-        let owner = if rq.pool() == self.set.id {
-            Owner::Driver(m, self.set.maps.get(m).ok_or(TagError::ForeignRequest)?)
+        let owner = if rq.pool() == self.set_id {
+            Owner::Driver(m, self.maps().get(m).ok_or(TagError::ForeignRequest)?)
         } else {
             match &self.sched {
                 Some(sched) if sched.id == rq.pool() => {

@@ -4,7 +4,7 @@ use alloc::boxed::Box;
 
 use crate::error::{ConfigError, TagError};
 use crate::platform::Platform;
-use crate::request::Rq;
+use crate::request::{Request, Rq, RqIo};
 use crate::tags::{MapParams, RequestInit, TagMap};
 use crate::tagset::{MAX_SCHED_DEPTH, TagSetFlags, next_pool_id};
 
@@ -77,12 +77,19 @@ impl<T, P: Platform> QueueTags<T, P> {
             self.sched = None;
         }
         self.sched = Some(SchedTags { id, maps });
+        self.key_stride = self.compute_key_stride();
         Ok(())
     }
 
     /// Requests one map spans in the key space: the larger of the driver and scheduler
-    /// arrays.
+    /// arrays (as computed when the scheduler tags last came or went).
+    #[inline(always)]
     fn key_stride(&self) -> usize {
+        self.key_stride
+    }
+
+    /// [`key_stride`](Self::key_stride) computed afresh from the arrays.
+    pub(super) fn compute_key_stride(&self) -> usize {
         let driver = self.maps().first().map_or(0, |m| m.requests.len());
         let sched = self
             .sched
@@ -90,6 +97,37 @@ impl<T, P: Platform> QueueTags<T, P> {
             .and_then(|s| s.maps.first())
             .map_or(0, |m| m.requests.len());
         driver.max(sched)
+    }
+
+    /// The I/O of a request an elevator holds (what [`io`](Self::io) gives), resolved
+    /// against the scheduler tags first, where an elevator's requests come from; `None`
+    /// when `rq` is not this queue's.
+    #[inline]
+    pub(crate) fn elv_io<'a>(&'a self, rq: &'a Rq) -> Option<&'a RqIo> {
+        let request = self.elv_request(rq)?;
+        // SAFETY: `rq` is the request's unique token and the result borrows it, so no
+        // `&mut RqIo` (which needs the token borrowed mutably) can exist meanwhile.
+        Some(unsafe { request.io_ref() })
+    }
+
+    /// [`elv_io`](Self::elv_io), to change.
+    #[inline]
+    pub(crate) fn elv_io_mut<'a>(&'a self, rq: &'a mut Rq) -> Option<&'a mut RqIo> {
+        let request = self.elv_request(rq)?;
+        // SAFETY: we hold the unique token mutably for the result's lifetime.
+        Some(unsafe { request.io_mut() })
+    }
+
+    /// The request `rq` names, tried as a scheduler request first.
+    #[inline(always)]
+    fn elv_request(&self, rq: &Rq) -> Option<&Request<T>> {
+        if let Some(sched) = self.sched.as_ref().filter(|s| s.id == rq.pool()) {
+            let request = sched.maps.get(rq.map())?.requests.get(rq.index())?;
+            return request
+                .is_owned_by(self.id, rq.generation())
+                .then_some(request);
+        }
+        self.request(rq).ok()
     }
 
     /// A dense index of the request `rq` names, below [`nr_keys`](Self::nr_keys): its map
@@ -105,11 +143,13 @@ impl<T, P: Platform> QueueTags<T, P> {
     /// assert_eq!(queue.nr_keys(), 8);
     /// queue.free(rq).unwrap();
     /// ```
+    #[inline]
     pub fn key_of(&self, rq: &Rq) -> usize {
         rq.map() * self.key_stride() + rq.index()
     }
 
     /// How many distinct [`key_of`](Self::key_of) values this queue's requests can have.
+    #[inline]
     pub fn nr_keys(&self) -> usize {
         self.maps().len() * self.key_stride()
     }
@@ -140,6 +180,7 @@ impl<T, P: Platform> QueueTags<T, P> {
         }
         let _guard = self.set.iter_lock.lock();
         self.sched = None;
+        self.key_stride = self.compute_key_stride();
         Ok(())
     }
 
