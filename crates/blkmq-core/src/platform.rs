@@ -81,6 +81,36 @@ pub trait Platform: Send + Sync + 'static {
     /// ```
     fn current_cpu(&self) -> usize;
 
+    /// The calling context's CPU, as [`current_cpu`](Self::current_cpu), when the platform
+    /// promises that this context is the only one writing with that CPU's id: no other
+    /// context runs with it until this one gives it up, and the next to take it sees what
+    /// this one wrote before (a release on giving up, an acquire on taking). `None` when
+    /// it cannot promise that (the default).
+    ///
+    /// Per-CPU counters a holder alone writes can then be bumped with a plain load and
+    /// store instead of a locked read-modify-write; the I/O accounting does so, and counts
+    /// with atomic adds on a part of its own otherwise, so a `None` costs speed, never a
+    /// count. A kernel may return `Some` where one CPU's block layer calls never interrupt
+    /// each other's (preemption off, completions not in a hard interrupt that may cut into
+    /// a submission's count), and `None` elsewhere.
+    ///
+    /// ```
+    /// use blkmq_core::{Platform, StdPlatform};
+    /// let platform = StdPlatform::with_cpus(2);
+    /// platform.pin_current_thread(1);
+    /// assert_eq!(platform.exclusive_cpu(), Some(1)); // the thread holds CPU 1 now
+    /// let other = platform.clone();
+    /// let theirs = std::thread::spawn(move || {
+    ///     other.pin_current_thread(1);
+    ///     other.exclusive_cpu()
+    /// });
+    /// assert_eq!(theirs.join().unwrap(), None); // shared with this thread: no promise
+    /// ```
+    #[inline]
+    fn exclusive_cpu(&self) -> Option<usize> {
+        None
+    }
+
     /// A monotonic clock in nanoseconds: deadlines, budgets, idling and timeouts use it.
     ///
     /// ```
@@ -108,6 +138,27 @@ pub trait Platform: Send + Sync + 'static {
     /// ```
     #[inline]
     fn coarse_now_ns(&self) -> u64 {
+        self.now_ns()
+    }
+
+    /// The clock of trace events ([`TraceEvent::time_ns`](crate::TraceEvent::time_ns)):
+    /// nanoseconds on about the timeline of [`now_ns`](Self::now_ns), never going back on
+    /// one CPU, as blktrace's clock promises, and read at most twice per plain I/O (once
+    /// for its submission, once for its completion). A platform may serve it from a
+    /// cheaper source than `now_ns` (a cycle counter), at the price of a small drift from
+    /// it. Only a queue with a tracer reads it. The default reads
+    /// [`now_ns`](Self::now_ns).
+    ///
+    /// ```
+    /// use blkmq_core::{Platform, StdPlatform};
+    /// let platform = StdPlatform::with_cpus(1);
+    /// let before = platform.trace_now_ns();
+    /// std::thread::sleep(std::time::Duration::from_millis(2));
+    /// let after = platform.trace_now_ns();
+    /// assert!(after >= before + 1_000_000); // it counts time, in nanoseconds
+    /// ```
+    #[inline]
+    fn trace_now_ns(&self) -> u64 {
         self.now_ns()
     }
 
@@ -211,6 +262,14 @@ pub trait Service: Send + Sync {
 #[cfg(all(feature = "std", not(loom)))]
 pub use std_platform::StdPlatform;
 
+#[cfg(all(
+    feature = "std",
+    not(loom),
+    target_os = "linux",
+    target_arch = "x86_64"
+))]
+mod tsc;
+
 #[cfg(all(feature = "std", not(loom)))]
 mod std_platform {
     extern crate std;
@@ -218,7 +277,7 @@ mod std_platform {
     use alloc::collections::BTreeSet;
     use alloc::sync::{Arc, Weak};
     use alloc::vec::Vec;
-    use core::cell::Cell;
+    use core::cell::{Cell, RefCell};
     use core::fmt;
     use core::sync::atomic::{AtomicUsize, Ordering};
     use core::time::Duration;
@@ -230,10 +289,70 @@ mod std_platform {
     std::thread_local! {
         /// The CPU slot of this thread, given on first use (or by `pin_current_thread`).
         static CPU_SLOT: Cell<Option<usize>> = const { Cell::new(None) };
+        /// This thread's mark in the platforms' claim tables (zero: none given yet).
+        static TOKEN: Cell<usize> = const { Cell::new(0) };
+        /// The CPU ids this thread holds alone, given back when it ends.
+        static CLAIMS: RefCell<Claims> = const { RefCell::new(Claims::NONE) };
+        /// The CPU this thread last found it holds alone: the platform's id (zero: none) and
+        /// the CPU. Cleared when the thread is pinned elsewhere and when it gives its
+        /// claims back.
+        static HELD: Cell<(usize, usize)> = const { Cell::new((0, 0)) };
     }
+
+    /// Hands out platform ids, each once (zero is none): clones share one.
+    static NEXT_PLATFORM: AtomicUsize = AtomicUsize::new(1);
 
     /// Hands out CPU slots to threads in turn.
     static NEXT_SLOT: AtomicUsize = AtomicUsize::new(0);
+
+    /// Hands out thread tokens, each once (zero is none).
+    static NEXT_TOKEN: AtomicUsize = AtomicUsize::new(1);
+
+    /// How many CPU ids one thread may hold alone at once (over every platform it uses);
+    /// past that it holds no more, and its counts take the atomic way.
+    const MAX_CLAIMS: usize = 4;
+
+    /// One platform's claim table: per CPU id, the token of the thread holding it alone
+    /// (zero: nobody).
+    type Owners = Arc<[AtomicUsize]>;
+
+    /// The CPU ids a thread holds: its claim tables (weak: a platform dropped takes its
+    /// table with it, and the entry is free again) and the id in each.
+    struct Claims {
+        held: [Option<(Weak<[AtomicUsize]>, usize)>; MAX_CLAIMS],
+    }
+
+    impl Claims {
+        const NONE: Claims = Claims {
+            held: [const { None }; MAX_CLAIMS],
+        };
+    }
+
+    impl Drop for Claims {
+        fn drop(&mut self) {
+            // First: from here on the thread holds nothing, whatever it still counts.
+            let _ = HELD.try_with(|held| held.set((0, 0)));
+            for (owners, cpu) in self.held.iter_mut().filter_map(Option::take) {
+                if let Some(owners) = owners.upgrade() {
+                    // Release: the next holder's acquire sees every count this one wrote.
+                    owners[cpu].store(0, Ordering::Release);
+                }
+            }
+        }
+    }
+
+    /// The calling thread's token.
+    #[inline]
+    fn token() -> usize {
+        TOKEN.with(|token| match token.get() {
+            0 => {
+                let fresh = NEXT_TOKEN.fetch_add(1, Ordering::Relaxed);
+                token.set(fresh);
+                fresh
+            }
+            held => held,
+        })
+    }
 
     type KickHandler = Arc<dyn Fn(usize) + Send + Sync>;
 
@@ -242,7 +361,9 @@ mod std_platform {
     ///
     /// * CPUs: `nr_cpus` slots (by default the machine's available parallelism). A thread
     ///   gets a slot on its first [`current_cpu`](Platform::current_cpu), in turn, and keeps
-    ///   it; [`StdPlatform::pin_current_thread`] chooses it instead.
+    ///   it; [`StdPlatform::pin_current_thread`] chooses it instead. Threads may share a
+    ///   slot; the first to ask [`exclusive_cpu`](Platform::exclusive_cpu) on a slot nobody
+    ///   holds holds it alone until it ends.
     /// * Clock: nanoseconds since the platform was created, from the monotonic clock
     ///   (`CLOCK_MONOTONIC` on Linux, [`Instant`](std::time::Instant) elsewhere). On Linux
     ///   the coarse reading is `CLOCK_MONOTONIC_COARSE`, which lags by at most a kernel
@@ -277,6 +398,10 @@ mod std_platform {
 
     struct Inner {
         nr_cpus: usize,
+        /// This platform's id, for `HELD`.
+        id: usize,
+        /// Who holds each CPU id alone ([`Platform::exclusive_cpu`]).
+        owners: Owners,
         clock: Clock,
         handler: Mutex<Option<KickHandler>>,
         kicked: Mutex<BTreeSet<usize>>,
@@ -449,6 +574,8 @@ mod std_platform {
             Self {
                 inner: Arc::new(Inner {
                     nr_cpus: nr_cpus.max(1),
+                    id: NEXT_PLATFORM.fetch_add(1, Ordering::Relaxed),
+                    owners: (0..nr_cpus.max(1)).map(|_| AtomicUsize::new(0)).collect(),
                     clock: Clock::new(),
                     handler: Mutex::new(None),
                     kicked: Mutex::new(BTreeSet::new()),
@@ -492,6 +619,47 @@ mod std_platform {
             }
         }
 
+        /// Whether the calling thread holds its slot on this platform, taking it if nobody
+        /// does; remembered in `HELD` when it does.
+        #[cold]
+        fn look_up_claim(&self) -> Option<usize> {
+            let cpu = self.current_cpu();
+            let token = token();
+            let held = match self.inner.owners[cpu].load(Ordering::Relaxed) {
+                held if held == token => Some(cpu),
+                0 => self.claim(cpu, token),
+                _ => None,
+            };
+            if held.is_some() {
+                HELD.with(|last| last.set((self.inner.id, cpu)));
+            }
+            held
+        }
+
+        /// Takes CPU slot `cpu`, nobody's a moment ago, for the thread of `token`; `None`
+        /// when another thread took it first or this one holds as many as it may.
+        #[cold]
+        fn claim(&self, cpu: usize, token: usize) -> Option<usize> {
+            // A thread ending has given its claims back already: it takes no more.
+            CLAIMS
+                .try_with(|claims| {
+                    let mut claims = claims.try_borrow_mut().ok()?;
+                    let free = claims.held.iter_mut().find(|entry| {
+                        entry
+                            .as_ref()
+                            .is_none_or(|(owners, _)| owners.strong_count() == 0)
+                    })?;
+                    // Acquire: sees every count the last holder wrote before it let go.
+                    self.inner.owners[cpu]
+                        .compare_exchange(0, token, Ordering::Acquire, Ordering::Relaxed)
+                        .ok()?;
+                    *free = Some((Arc::downgrade(&self.inner.owners), cpu));
+                    Some(cpu)
+                })
+                .ok()
+                .flatten()
+        }
+
         /// Gives the calling thread CPU slot `cpu` (taken modulo `nr_cpus`).
         ///
         /// The slot belongs to the thread, so it holds for every `StdPlatform` the thread
@@ -506,6 +674,7 @@ mod std_platform {
         /// ```
         pub fn pin_current_thread(&self, cpu: usize) {
             CPU_SLOT.with(|slot| slot.set(Some(cpu)));
+            HELD.with(|held| held.set((0, 0)));
         }
 
         /// Sends every later kick to `handler` (which must not run the queue inline).
@@ -575,6 +744,20 @@ mod std_platform {
             }
         }
 
+        /// The thread's CPU slot, when the thread holds it alone on this platform (and its
+        /// clones): the first thread to ask for a slot nobody holds takes it, and keeps it
+        /// until it ends (a thread may hold a few, one per slot it was pinned to). Another
+        /// thread with the same slot meanwhile gets `None`.
+        #[inline]
+        fn exclusive_cpu(&self) -> Option<usize> {
+            // A claim is given back only when its thread ends, and the slot changes only by
+            // a pin: the CPU found last time holds until either clears `HELD`.
+            match HELD.with(Cell::get) {
+                (platform, cpu) if platform == self.inner.id => Some(cpu),
+                _ => self.look_up_claim(),
+            }
+        }
+
         #[inline]
         fn now_ns(&self) -> u64 {
             self.inner.clock.now_ns()
@@ -583,6 +766,11 @@ mod std_platform {
         #[inline]
         fn coarse_now_ns(&self) -> u64 {
             self.inner.clock.coarse_now_ns()
+        }
+
+        #[inline]
+        fn trace_now_ns(&self) -> u64 {
+            self.inner.clock.trace_now_ns()
         }
 
         fn kick(&self, hctx: usize) {
@@ -662,14 +850,31 @@ mod std_platform {
     struct Clock {
         /// `CLOCK_MONOTONIC` when the platform was made.
         epoch: u64,
+        /// The cycle counter then, for the trace clock.
+        #[cfg(target_arch = "x86_64")]
+        tsc_epoch: u64,
     }
 
     #[cfg(target_os = "linux")]
     impl Clock {
         fn new() -> Self {
             Self {
+                #[cfg(target_arch = "x86_64")]
+                tsc_epoch: super::tsc::ticks(),
                 epoch: Self::read(libc::CLOCK_MONOTONIC).unwrap_or(0),
             }
+        }
+
+        /// The trace clock: on x86-64, the time-stamp counter when the kernel keeps time
+        /// with it (see `tsc`), scaled to nanoseconds since the epoch; the precise clock
+        /// otherwise.
+        #[inline]
+        fn trace_now_ns(&self) -> u64 {
+            #[cfg(target_arch = "x86_64")]
+            if let Some(scale) = super::tsc::scale(|| Self::read(libc::CLOCK_MONOTONIC)) {
+                return scale.ns(super::tsc::ticks().saturating_sub(self.tsc_epoch));
+            }
+            self.now_ns()
         }
 
         /// The clock `id` in nanoseconds; `None` should the kernel refuse (it does not for
@@ -723,6 +928,10 @@ mod std_platform {
         }
 
         fn coarse_now_ns(&self) -> u64 {
+            self.now_ns()
+        }
+
+        fn trace_now_ns(&self) -> u64 {
             self.now_ns()
         }
     }

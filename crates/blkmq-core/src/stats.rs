@@ -33,15 +33,32 @@
 //! Operations group as Linux's `op_stat_group`: reads; writes and write-zeroes; discards;
 //! flushes.
 //!
-//! # No line shared between CPUs written per I/O
+//! # No line shared between CPUs written per I/O, no locked instruction
 //!
 //! Every counter is kept per CPU and per hardware queue, each CPU's on cache lines of its own,
-//! and updated with a relaxed `fetch_add` on the caller's CPU (a thread that moves between
-//! CPUs meanwhile only adds to another CPU's line, never loses a count); a reading sums the
-//! parts. In flight is the requests made (counted on the submitting CPU) less those
-//! completed (counted on the completing one, by the completion counter it bumps anyway) and
-//! merged away, so one CPU's part may be below zero; only the sum means anything (Linux's
-//! `part_in_flight`).
+//! and a reading sums the parts. Each part has two halves:
+//!
+//! * **Its own half**, written only by the context that holds the CPU's id alone
+//!   ([`Platform::exclusive_cpu`](crate::Platform::exclusive_cpu): a kernel CPU with
+//!   preemption off, or on `StdPlatform` the thread that claimed the slot first): a relaxed
+//!   load and a relaxed store per counter, no locked read-modify-write. One writer at a
+//!   time, and the next holder's acquire of the id sees the last one's stores, so no count
+//!   is lost; a reading loads each counter whole.
+//! * **Its shared half**, for everyone else on that CPU (a thread sharing a slot with the
+//!   holder, a platform that promises nothing): a relaxed `fetch_add`, as exact from any
+//!   number of writers.
+//!
+//! Each hook asks the platform once, and counts every counter of its step in the half it
+//! got. A thread that moves between CPUs meanwhile only adds to another CPU's part, never
+//! loses a count. In flight is the requests made (counted on the submitting CPU) less
+//! those completed (counted on the completing one, by the completion counter it bumps
+//! anyway) and merged away, so one CPU's part may be below zero; only the sum means
+//! anything (Linux's `part_in_flight`). The latency histograms are per CPU, in the same two
+//! halves.
+//!
+//! The start of a request issued at once shares its clock reading with the issue: the
+//! request's start stamp (for timeouts) is the one accounting took at its allocation, a
+//! moment before.
 //!
 //! The busy time (`io_ticks`) follows Linux's `update_io_ticks`: a stamp of the last
 //! [tick](IO_TICK_NS) anything looked, read at each point above and written at most once per
@@ -449,8 +466,8 @@ impl Latency {
 
 // ----- the counters -----
 
-/// One CPU's counters for one hardware queue (one `/proc/diskstats` line's worth).
-struct Part {
+/// One writer's counters for one hardware queue (one `/proc/diskstats` line's worth).
+struct Counts {
     ios: [AtomicU64; 4],
     merges: [AtomicU64; 4],
     sectors: [AtomicU64; 4],
@@ -461,7 +478,7 @@ struct Part {
     gone: [AtomicU64; 2],
 }
 
-impl Part {
+impl Counts {
     fn new() -> Self {
         Self {
             ios: core::array::from_fn(|_| AtomicU64::new(0)),
@@ -472,6 +489,51 @@ impl Part {
             gone: core::array::from_fn(|_| AtomicU64::new(0)),
         }
     }
+}
+
+/// One CPU's counters for one hardware queue: the half the CPU id's sole holder writes with
+/// plain stores, and the half everyone else adds to.
+struct Part {
+    own: Counts,
+    shared: Counts,
+}
+
+impl Part {
+    /// The half `writer` counts in.
+    #[inline(always)]
+    fn half(&self, writer: Writer) -> &Counts {
+        if writer.own { &self.own } else { &self.shared }
+    }
+
+    fn halves(&self) -> [&Counts; 2] {
+        [&self.own, &self.shared]
+    }
+}
+
+/// One CPU's latency histograms, per group, in the same two halves as a [`Part`].
+type Histograms = [[[AtomicU64; LATENCY_BUCKETS]; 4]; 2];
+
+/// Adds `n` to `counter`: a plain load and store for the sole writer of its half (`own`),
+/// an atomic add otherwise.
+#[inline(always)]
+fn add(counter: &AtomicU64, n: u64, own: bool) {
+    if own {
+        counter.store(
+            counter.load(Ordering::Relaxed).wrapping_add(n),
+            Ordering::Relaxed,
+        );
+    } else {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// Who counts: the CPU whose part a count goes to, and whether the caller holds that CPU's
+/// id alone ([`Platform::exclusive_cpu`](crate::Platform::exclusive_cpu)), so writes its
+/// part's own half.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Writer {
+    cpu: usize,
+    own: bool,
 }
 
 /// The busy time: the stamp of the last tick looked at, and the ticks counted busy.
@@ -495,11 +557,19 @@ impl Busy {
     fn update(&self, now_ns: u64, end: bool, busy: impl FnOnce() -> bool) {
         let now = now_ns / IO_TICK_NS;
         let stamp = self.stamp.load(Ordering::Relaxed);
-        if now > stamp
-            && self
-                .stamp
-                .compare_exchange(stamp, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
+        if now > stamp {
+            self.advance(stamp, now, end, busy);
+        }
+    }
+
+    /// The tick moved on: the one who moves the stamp counts the ticks between.
+    #[cold]
+    #[inline(never)]
+    fn advance(&self, stamp: u64, now: u64, end: bool, busy: impl FnOnce() -> bool) {
+        if self
+            .stamp
+            .compare_exchange(stamp, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
             && (end || busy())
         {
             self.ticks.fetch_add(now - stamp, Ordering::Relaxed);
@@ -513,8 +583,8 @@ pub(crate) struct Accounting {
     nr_cpus: usize,
     /// `parts[cpu * nr_hctxs + hctx]`, each on lines of its own.
     parts: Box<[CachePadded<Part>]>,
-    /// Per CPU, per group.
-    latency: Box<[CachePadded<[[AtomicU64; LATENCY_BUCKETS]; 4]>]>,
+    /// Per CPU.
+    latency: Box<[CachePadded<Histograms>]>,
     /// The queue's busy time.
     busy: CachePadded<Busy>,
     /// Each hardware queue's.
@@ -530,12 +600,17 @@ impl Accounting {
             nr_hctxs,
             nr_cpus,
             parts: (0..nr_cpus * nr_hctxs)
-                .map(|_| CachePadded::new(Part::new()))
+                .map(|_| {
+                    CachePadded::new(Part {
+                        own: Counts::new(),
+                        shared: Counts::new(),
+                    })
+                })
                 .collect(),
             latency: (0..nr_cpus)
                 .map(|_| {
                     CachePadded::new(core::array::from_fn(|_| {
-                        core::array::from_fn(|_| AtomicU64::new(0))
+                        core::array::from_fn(|_| core::array::from_fn(|_| AtomicU64::new(0)))
                     }))
                 })
                 .collect(),
@@ -546,11 +621,25 @@ impl Accounting {
         }
     }
 
+    /// Who counts for a caller that holds CPU `exclusive` alone (its own half, when the
+    /// queue has that CPU: two ids folded onto one part would be two writers), or else is
+    /// on CPU `cpu()` (its shared half).
     #[inline(always)]
-    fn part(&self, cpu: usize, hctx: usize) -> &Part {
-        let cpu = cpu.min(self.nr_cpus - 1);
+    pub(crate) fn writer(&self, exclusive: Option<usize>, cpu: impl FnOnce() -> usize) -> Writer {
+        match exclusive {
+            Some(cpu) if cpu < self.nr_cpus => Writer { cpu, own: true },
+            _ => Writer {
+                cpu: cpu().min(self.nr_cpus - 1),
+                own: false,
+            },
+        }
+    }
+
+    /// The half `writer` counts in for `hctx`.
+    #[inline(always)]
+    fn counts(&self, writer: Writer, hctx: usize) -> &Counts {
         let hctx = hctx.min(self.nr_hctxs - 1);
-        &self.parts[cpu * self.nr_hctxs + hctx]
+        self.parts[writer.cpu * self.nr_hctxs + hctx].half(writer)
     }
 
     /// In flight on `hctx` (`None`: the whole queue), summed over CPUs: made, less
@@ -562,17 +651,19 @@ impl Accounting {
             if hctx.is_some_and(|h| i % self.nr_hctxs != h) {
                 continue;
             }
-            for (dir, s) in sum.iter_mut().enumerate() {
-                *s = s.wrapping_add(part.started[dir].load(Ordering::Relaxed));
-                *s = s.wrapping_sub(part.gone[dir].load(Ordering::Relaxed));
+            for counts in part.halves() {
+                for (dir, s) in sum.iter_mut().enumerate() {
+                    *s = s.wrapping_add(counts.started[dir].load(Ordering::Relaxed));
+                    *s = s.wrapping_sub(counts.gone[dir].load(Ordering::Relaxed));
+                }
+                let ios = |g: OpGroup| counts.ios[g as usize].load(Ordering::Relaxed);
+                sum[0] = sum[0].wrapping_sub(ios(OpGroup::Read));
+                sum[1] = sum[1].wrapping_sub(
+                    ios(OpGroup::Write)
+                        .wrapping_add(ios(OpGroup::Discard))
+                        .wrapping_add(ios(OpGroup::Flush)),
+                );
             }
-            let ios = |g: OpGroup| part.ios[g as usize].load(Ordering::Relaxed);
-            sum[0] = sum[0].wrapping_sub(ios(OpGroup::Read));
-            sum[1] = sum[1].wrapping_sub(
-                ios(OpGroup::Write)
-                    .wrapping_add(ios(OpGroup::Discard))
-                    .wrapping_add(ios(OpGroup::Flush)),
-            );
         }
         sum.map(|s| if (s as i64) < 0 { 0 } else { s })
     }
@@ -590,30 +681,32 @@ impl Accounting {
         self.hctx_busy[hctx].update(now_ns, end, || self.any_in_flight(Some(hctx)));
     }
 
-    /// A request of `op` made on `cpu` for `hctx` at `now_ns`.
+    /// A request of `op` made by `writer` for `hctx` at `now_ns`.
     #[inline]
-    pub(crate) fn started(&self, cpu: usize, hctx: usize, op: Op, now_ns: u64) {
+    pub(crate) fn started(&self, writer: Writer, hctx: usize, op: Op, now_ns: u64) {
         self.tick(hctx, now_ns, false);
         let dir = usize::from(op.is_write());
-        self.part(cpu, hctx).started[dir].fetch_add(1, Ordering::Relaxed);
+        add(&self.counts(writer, hctx).started[dir], 1, writer.own);
     }
 
-    /// A merge of `group` on `cpu`, `hctx`; `merged_away` when a made request went with it.
+    /// A merge of `group` counted by `writer` on `hctx`; `merged_away` when a made request
+    /// went with it.
     #[inline]
-    pub(crate) fn merged(&self, cpu: usize, hctx: usize, group: OpGroup, merged_away: bool) {
-        let part = self.part(cpu, hctx);
-        part.merges[group as usize].fetch_add(1, Ordering::Relaxed);
+    pub(crate) fn merged(&self, writer: Writer, hctx: usize, group: OpGroup, merged_away: bool) {
+        let counts = self.counts(writer, hctx);
+        add(&counts.merges[group as usize], 1, writer.own);
         if merged_away {
             let dir = usize::from(group != OpGroup::Read);
-            part.gone[dir].fetch_add(1, Ordering::Relaxed);
+            add(&counts.gone[dir], 1, writer.own);
         }
     }
 
-    /// A request of `group` of `sectors`, made at `start_ns`, completed on `cpu` at `now_ns`.
+    /// A request of `group` of `sectors`, made at `start_ns`, completed at `now_ns`, counted
+    /// by `writer` on `hctx`.
     #[inline]
     pub(crate) fn done(
         &self,
-        cpu: usize,
+        writer: Writer,
         hctx: usize,
         group: OpGroup,
         sectors: u64,
@@ -623,12 +716,13 @@ impl Accounting {
         self.tick(hctx, now_ns, true);
         let took = now_ns.saturating_sub(start_ns);
         let g = group as usize;
-        let part = self.part(cpu, hctx);
-        part.ios[g].fetch_add(1, Ordering::Relaxed);
-        part.sectors[g].fetch_add(sectors, Ordering::Relaxed);
-        part.nsecs[g].fetch_add(took, Ordering::Relaxed);
-        let cpu = cpu.min(self.nr_cpus - 1);
-        self.latency[cpu][g][Latency::bucket(took)].fetch_add(1, Ordering::Relaxed);
+        let own = writer.own;
+        let counts = self.counts(writer, hctx);
+        add(&counts.ios[g], 1, own);
+        add(&counts.sectors[g], sectors, own);
+        add(&counts.nsecs[g], took, own);
+        let histogram = &self.latency[writer.cpu][usize::from(!own)][g];
+        add(&histogram[Latency::bucket(took)], 1, own);
     }
 
     /// A reading of `hctx` (`None`: the whole queue), the busy time brought to `now_ns`.
@@ -649,11 +743,13 @@ impl Accounting {
             if hctx.is_some_and(|h| i % self.nr_hctxs != h) {
                 continue;
             }
-            for (g, op) in stats.ops.iter_mut().enumerate() {
-                op.ios += part.ios[g].load(Ordering::Relaxed);
-                op.merges += part.merges[g].load(Ordering::Relaxed);
-                op.sectors += part.sectors[g].load(Ordering::Relaxed);
-                op.nsecs += part.nsecs[g].load(Ordering::Relaxed);
+            for counts in part.halves() {
+                for (g, op) in stats.ops.iter_mut().enumerate() {
+                    op.ios += counts.ios[g].load(Ordering::Relaxed);
+                    op.merges += counts.merges[g].load(Ordering::Relaxed);
+                    op.sectors += counts.sectors[g].load(Ordering::Relaxed);
+                    op.nsecs += counts.nsecs[g].load(Ordering::Relaxed);
+                }
             }
         }
         stats.in_flight = self.in_flight(hctx);
@@ -664,8 +760,8 @@ impl Accounting {
     /// The latency histograms, summed over CPUs.
     pub(crate) fn latency(&self) -> Latency {
         let mut latency = Latency::default();
-        for cpu in self.latency.iter() {
-            for (sum, part) in latency.buckets.iter_mut().zip(cpu.iter()) {
+        for half in self.latency.iter().flat_map(|cpu| cpu.iter()) {
+            for (sum, part) in latency.buckets.iter_mut().zip(half.iter()) {
                 for (s, n) in sum.iter_mut().zip(part) {
                     *s += n.load(Ordering::Relaxed);
                 }
@@ -688,12 +784,58 @@ impl fmt::Debug for Accounting {
 mod tests {
     use super::*;
 
+    /// A writer on `cpu` that does not hold it alone.
+    fn shared(cpu: usize) -> Writer {
+        Writer { cpu, own: false }
+    }
+
+    /// The sole holder of `cpu`.
+    fn own(cpu: usize) -> Writer {
+        Writer { cpu, own: true }
+    }
+
+    #[test]
+    fn both_halves_of_a_part_count_and_sum() {
+        let acct = Accounting::new(2, 1, 0);
+        acct.started(own(0), 0, Op::Read, 0);
+        acct.started(shared(0), 0, Op::Read, 0);
+        acct.started(own(1), 0, Op::Write, 0);
+        acct.merged(shared(1), 0, OpGroup::Write, false);
+        acct.done(shared(1), 0, OpGroup::Read, 8, 0, 10);
+        acct.done(own(0), 0, OpGroup::Read, 16, 0, 20);
+        let stats = acct.read(None, 20);
+        assert_eq!(stats.in_flight, [0, 1]);
+        assert_eq!(
+            *stats.op(OpGroup::Read),
+            OpStats {
+                ios: 2,
+                merges: 0,
+                sectors: 24,
+                nsecs: 30
+            }
+        );
+        assert_eq!(stats.op(OpGroup::Write).merges, 1);
+        assert_eq!(acct.latency().count(OpGroup::Read), 2);
+    }
+
+    #[test]
+    fn a_writer_owns_its_half_only_on_a_cpu_of_the_queue() {
+        let acct = Accounting::new(2, 1, 0);
+        let w = acct.writer(Some(1), || unreachable!("the held CPU serves"));
+        assert!(w.own && w.cpu == 1);
+        // CPU 5 would fold onto part 1 with CPU 1's holder: the shared half.
+        let w = acct.writer(Some(5), || 5);
+        assert!(!w.own && w.cpu == 1);
+        let w = acct.writer(None, || 0);
+        assert!(!w.own && w.cpu == 0);
+    }
+
     #[test]
     fn in_flight_moves_between_cpus_and_sums_to_zero() {
         let acct = Accounting::new(2, 2, 0);
-        acct.started(0, 1, Op::Write, 10);
+        acct.started(shared(0), 1, Op::Write, 10);
         assert_eq!(acct.read(Some(1), 10).in_flight, [0, 1]);
-        acct.done(1, 1, OpGroup::Write, 8, 10, 40);
+        acct.done(shared(1), 1, OpGroup::Write, 8, 10, 40);
         let stats = acct.read(None, 40);
         assert_eq!(stats.in_flight, [0, 0]);
         assert_eq!(
@@ -713,11 +855,11 @@ mod tests {
     fn busy_time_counts_ticks_with_anything_in_flight() {
         let t = IO_TICK_NS;
         let acct = Accounting::new(1, 1, 0);
-        acct.started(0, 0, Op::Read, t / 2); // same tick: nothing to add
-        acct.done(0, 0, OpGroup::Read, 8, t / 2, 3 * t + 1); // 3 ticks busy
+        acct.started(shared(0), 0, Op::Read, t / 2); // same tick: nothing to add
+        acct.done(shared(0), 0, OpGroup::Read, 8, t / 2, 3 * t + 1); // 3 ticks busy
         assert_eq!(acct.read(None, 3 * t + 1).io_ticks_ns, 3 * t);
         // Idle from tick 3 to 10: a start there adds nothing (nothing was in flight).
-        acct.started(0, 0, Op::Read, 10 * t);
+        acct.started(shared(0), 0, Op::Read, 10 * t);
         assert_eq!(acct.read(None, 10 * t).io_ticks_ns, 3 * t);
         // In flight from 10 to 12: a reading brings it up to date.
         assert_eq!(acct.read(None, 12 * t).io_ticks_ns, 5 * t);
@@ -727,10 +869,10 @@ mod tests {
     #[test]
     fn merged_away_requests_leave_in_flight() {
         let acct = Accounting::new(1, 1, 0);
-        acct.started(0, 0, Op::Read, 0);
-        acct.started(0, 0, Op::Read, 0);
-        acct.merged(0, 0, OpGroup::Read, true);
-        acct.merged(0, 0, OpGroup::Read, false);
+        acct.started(shared(0), 0, Op::Read, 0);
+        acct.started(shared(0), 0, Op::Read, 0);
+        acct.merged(shared(0), 0, OpGroup::Read, true);
+        acct.merged(shared(0), 0, OpGroup::Read, false);
         let stats = acct.read(None, 0);
         assert_eq!(
             (stats.op(OpGroup::Read).merges, stats.in_flight),

@@ -25,3 +25,13 @@ pub(crate) fn seqcst_pair() {
     #[cfg(loom)]
     loom::sync::atomic::fence(Ordering::SeqCst);
 }
+
+/// One turn of a short wait for another thread: a spin hint on hardware, a yield under loom
+/// (whose scheduler must see the waiter give way).
+#[inline]
+pub(crate) fn spin_wait() {
+    #[cfg(loom)]
+    loom::thread::yield_now();
+    #[cfg(not(loom))]
+    core::hint::spin_loop();
+}

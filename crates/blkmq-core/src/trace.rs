@@ -2,7 +2,8 @@
 //!
 //! A request queue made with a [`Tracer`] ([`QueueConfig::tracer`](crate::QueueConfig::tracer))
 //! calls it at each point Linux's `blktrace` records (`kernel/trace/blktrace.c`), with a
-//! [`TraceEvent`]: the time (the platform's clock), the action, the sector range, the
+//! [`TraceEvent`]: the time (the platform's trace clock,
+//! [`Platform::trace_now_ns`](crate::Platform::trace_now_ns)), the action, the sector range, the
 //! operation and flags, the hardware queue, the tag, the CPU and the issuer. A queue made
 //! without one pays one branch on a field it holds anyway at each point, never taken.
 //!
@@ -163,7 +164,9 @@ impl Action {
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TraceEvent {
-    /// When, on the platform's clock ([`Platform::now_ns`](crate::Platform::now_ns)).
+    /// When, on the platform's trace clock
+    /// ([`Platform::trace_now_ns`](crate::Platform::trace_now_ns)); the Q, G and D of a
+    /// bio its submission issues directly share one reading.
     pub time_ns: u64,
     /// The event's number in its CPU's ring.
     pub seq: u64,

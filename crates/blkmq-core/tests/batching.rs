@@ -135,6 +135,47 @@ fn a_bio_that_merges_takes_no_cached_request() {
     assert_eq!((host.set().busy(), queue.usage()), (0, 0));
 }
 
+/// The plug tells a bio that touches neither end of its last request from one that may
+/// merge by that request's sectors, which each merge moves: at the front and the back in
+/// turn, every bio lands in the one request, and only a bio clear of it takes another.
+#[test]
+fn merges_at_either_end_keep_the_last_request_s_ends() {
+    let (host, queue) = single(64);
+    let mut plug = Plug::with_ios(4);
+    for sector in [64, 56, 72, 48, 80, 40] {
+        queue
+            .submit_plugged(&mut plug, Bio::new(Op::Write, sector, 8))
+            .unwrap();
+        assert_eq!(plug.len(), 1, "the bio at {sector} merged");
+    }
+    // Clear of both ends (32..88): a request of its own; then one at its back merges.
+    queue
+        .submit_plugged(&mut plug, Bio::new(Op::Write, 96, 8))
+        .unwrap();
+    queue
+        .submit_plugged(&mut plug, Bio::new(Op::Write, 104, 8))
+        .unwrap();
+    // The older request's end is no longer the plug's last: no merge there.
+    queue
+        .submit_plugged(&mut plug, Bio::new(Op::Write, 88, 4))
+        .unwrap();
+    assert_eq!(plug.len(), 3);
+    plug.flush();
+    let held = host.driver().take();
+    let spans: Vec<_> = held
+        .iter()
+        .map(|rq| {
+            let io = queue.io(rq).unwrap();
+            (io.sector(), io.sectors())
+        })
+        .collect();
+    assert_eq!(spans, [(40, 48), (96, 16), (88, 4)]);
+    queue
+        .end_requests(held.into_iter().map(|rq| (rq, Status::Ok)))
+        .unwrap();
+    assert_eq!((host.set().busy(), queue.usage()), (0, 0));
+}
+
 #[test]
 fn a_freeze_does_not_wait_for_a_plugs_cache() {
     let (host, queue) = single(64);

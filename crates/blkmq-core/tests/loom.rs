@@ -408,3 +408,41 @@ fn trace_ring_two_writers_and_a_reader_on_a_full_ring() {
         assert_eq!(seen.len() as u64 - 2 + rings.dropped(), 2);
     });
 }
+
+/// Two readers drain one ring while a writer publishes: each event is read once and whole,
+/// by one of them, each reader's in the ring's order, none dropped.
+#[test]
+fn trace_ring_two_readers_and_a_writer() {
+    use blkmq_core::{RingTracer, Tracer};
+    model(|| {
+        let rings = Arc::new(RingTracer::new(1, 2));
+        rings.event(&trace_event(0, 1));
+        let writer = {
+            let rings = rings.clone();
+            thread::spawn(move || rings.event(&trace_event(0, 2)))
+        };
+        let reader = {
+            let rings = rings.clone();
+            thread::spawn(move || {
+                let mut seen = Vec::new();
+                rings.drain(|e| seen.push((e.time_ns, e.seq)));
+                seen
+            })
+        };
+        let mut mine = Vec::new();
+        rings.drain(|e| mine.push((e.time_ns, e.seq)));
+        writer.join().unwrap();
+        let theirs = reader.join().unwrap();
+        rings.drain(|e| mine.push((e.time_ns, e.seq)));
+        for seen in [&mine, &theirs] {
+            assert!(
+                seen.windows(2).all(|w| w[0].1 < w[1].1),
+                "out of order: {seen:?}"
+            );
+        }
+        let mut all: Vec<_> = mine.iter().chain(&theirs).copied().collect();
+        all.sort_unstable();
+        assert_eq!(all, [(1, 0), (2, 1)]);
+        assert_eq!(rings.dropped(), 0);
+    });
+}

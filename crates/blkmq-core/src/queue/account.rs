@@ -1,37 +1,48 @@
 //! Where a request queue counts for its I/O accounting (`stats.rs`), and its readings.
 //!
 //! Each hook is one call from the path it counts on, behind one test of whether accounting
-//! is on; the counting itself is here.
+//! is on; the counting itself is here. Each asks the platform once whether the caller holds
+//! its CPU alone ([`Platform::exclusive_cpu`]), which decides the half of the CPU's part it
+//! counts in.
 
 use crate::bio::Bio;
 use crate::driver::Driver;
 use crate::platform::Platform;
 use crate::request::{Rq, RqIo};
-use crate::stats::{IoStats, Latency, OpGroup};
+use crate::stats::{Accounting, IoStats, Latency, OpGroup, Writer};
 
 use super::RequestQueue;
 
 impl<D: Driver> RequestQueue<D> {
+    /// Who counts in `acct` for the calling context: its CPU's own half when the platform
+    /// says it holds that CPU alone, else the shared half of CPU `cpu()`.
+    #[inline(always)]
+    fn acct_writer(&self, acct: &Accounting, cpu: impl FnOnce() -> usize) -> Writer {
+        acct.writer(self.platform().exclusive_cpu(), cpu)
+    }
+
     /// A request was made for a bio on `cpu` for `hctx`: stamps it and counts it in flight.
+    /// Returns the coarse clock's reading it stamped with, which serves as the request's
+    /// start stamp too when it is issued at once; `None` when accounting is off.
     #[inline]
-    pub(super) fn account_start(&self, rq: &mut Rq, cpu: usize, hctx: usize) {
-        let Some(acct) = &self.acct else {
-            return;
-        };
+    pub(super) fn account_start(&self, rq: &mut Rq, cpu: usize, hctx: usize) -> Option<u64> {
+        let acct = self.acct.as_ref()?;
         let now = self.platform().coarse_now_ns();
         if let Ok(io) = self.tags().io_mut(rq) {
             let op = io.op();
             io.alloc_ns = now;
             io.acct = OpGroup::of(op) as u8 + 1;
-            acct.started(cpu, hctx, op, now);
+            acct.started(self.acct_writer(acct, || cpu), hctx, op, now);
         }
+        Some(now)
     }
 
     /// `bio` merged into a request of `hctx`.
     #[inline]
     pub(super) fn account_bio_merge(&self, bio: &Bio, hctx: usize) {
         if let Some(acct) = &self.acct {
-            acct.merged(self.cpu(), hctx, OpGroup::of(bio.op), false);
+            let writer = self.acct_writer(acct, || self.cpu());
+            acct.merged(writer, hctx, OpGroup::of(bio.op), false);
         }
     }
 
@@ -44,20 +55,24 @@ impl<D: Driver> RequestQueue<D> {
         let tags = self.tags();
         if let (Ok(request), Ok(io)) = (tags.request(rq), tags.io(rq)) {
             if let Some(group) = counted_group(io) {
-                acct.merged(self.cpu(), request.hctx(), group, true);
+                let writer = self.acct_writer(acct, || self.cpu());
+                acct.merged(writer, request.hctx(), group, true);
             }
         }
     }
 
-    /// The request `io` of `hctx` completed (not a step of a flush sequence).
+    /// The request `io` of `hctx` completed (not a step of a flush sequence). Its end time is
+    /// `now`, read from the coarse clock here if the caller has no reading yet (a batch of
+    /// completions shares one: they end together, to the coarse clock's resolution).
     #[inline]
-    pub(super) fn account_done(&self, hctx: usize, io: &RqIo) {
+    pub(super) fn account_done(&self, hctx: usize, io: &RqIo, now: &mut Option<u64>) {
         let Some(acct) = &self.acct else {
             return;
         };
         if let Some(group) = counted_group(io) {
-            let now = self.platform().coarse_now_ns();
-            acct.done(self.cpu(), hctx, group, io.sectors(), io.alloc_ns, now);
+            let now = *now.get_or_insert_with(|| self.platform().coarse_now_ns());
+            let writer = self.acct_writer(acct, || self.cpu());
+            acct.done(writer, hctx, group, io.sectors(), io.alloc_ns, now);
         }
     }
 

@@ -54,7 +54,7 @@ impl<D: Driver> RequestQueue<D> {
     /// ```
     #[inline]
     pub fn end_request(&self, rq: Rq, status: Status) -> Result<(), Misused> {
-        let hctx = self.end_one(rq, status, true, None)?;
+        let hctx = self.end_one(rq, status, true, None, &mut None)?;
         self.host.restart_after(hctx, 1);
         Ok(())
     }
@@ -92,8 +92,11 @@ impl<D: Driver> RequestQueue<D> {
         // The tags of requests ended one after another, put back a bitmap word at a time
         // (Linux's `blk_mq_flush_tag_batch`); all of them before the restart pass.
         let mut freed = FreeBatch::new();
+        // One reading of the coarse clock serves the accounting of the whole batch (Linux's
+        // `blk_mq_end_request_batch` reads it once too).
+        let mut now = None;
         for (rq, status) in batch.by_ref() {
-            match self.end_one(rq, status, true, Some(&mut freed)) {
+            match self.end_one(rq, status, true, Some(&mut freed), &mut now) {
                 Ok(hctx) if hctx == ended.0 => ended.1 += 1,
                 Ok(hctx) => {
                     if ended.1 != 0 {
@@ -125,7 +128,7 @@ impl<D: Driver> RequestQueue<D> {
     /// refused here is one an elevator dispatched but this queue never gave it: there is
     /// nobody to hand it back to, and nothing of this queue's changes.
     pub(super) fn end_unissued(&self, rq: Rq, status: Status) {
-        let _ = self.end_one(rq, status, false, None);
+        let _ = self.end_one(rq, status, false, None, &mut None);
         self.host.restart();
     }
 
@@ -136,7 +139,9 @@ impl<D: Driver> RequestQueue<D> {
     /// A token not ours comes back before anything happens: no hook, no budget, no count.
     ///
     /// With `freed`, the request's tag, in the common case, goes there rather than back at
-    /// once: the caller puts it back with the tags of the requests it ends next.
+    /// once: the caller puts it back with the tags of the requests it ends next. `now` is
+    /// the coarse clock's reading the accounting took for an earlier request of the same
+    /// batch, if any (see [`account_done`](Self::account_done)).
     #[inline]
     fn end_one<'a>(
         &'a self,
@@ -144,6 +149,7 @@ impl<D: Driver> RequestQueue<D> {
         status: Status,
         issued: bool,
         freed: Option<&mut FreeBatch<'a, D::Payload, D::Platform>>,
+        now: &mut Option<u64>,
     ) -> Result<usize, Misused> {
         let splits = &self.splits;
         let elevated = self.has_elevator.load(Ordering::Relaxed);
@@ -158,7 +164,7 @@ impl<D: Driver> RequestQueue<D> {
             if io.flush_state() != 0 {
                 return false;
             }
-            self.account_done(hctx, io);
+            self.account_done(hctx, io, now);
             // Flushes bypass the elevator.
             if elevated && io.op() != Op::Flush {
                 self.elevator_done(rq, io, issued);

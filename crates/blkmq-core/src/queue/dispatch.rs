@@ -3,9 +3,9 @@
 use alloc::collections::VecDeque;
 
 use crate::bio::Status;
-use crate::driver::{Driver, Rejected};
+use crate::driver::{Driver, HctxCx, Rejected};
 use crate::platform::Platform;
-use crate::request::Rq;
+use crate::request::{Request, Rq};
 use crate::sync::Ordering;
 
 use super::{HwCtx, PENDING, RUNNING, RequestQueue};
@@ -347,7 +347,23 @@ impl<D: Driver> RequestQueue<D> {
     /// holds one), driver tag, start, `queue_rq` — on `hctx`, the request's own hardware
     /// queue, which need not be the `runner`'s (an elevator may hand any runner any
     /// request).
+    #[inline]
     pub(super) fn issue_one(
+        &self,
+        runner: usize,
+        hctx: usize,
+        rq: Rq,
+        last: bool,
+        budget: Option<usize>,
+        now: Option<u64>,
+    ) -> Issued {
+        self.issue_one_at(runner, hctx, rq, last, budget, now, None)
+    }
+
+    /// [`issue_one`](Self::issue_one), its D stamped with `stamp` when it holds a trace
+    /// clock reading (see [`trace_stamp`](Self::trace_stamp)).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn issue_one_at(
         &self,
         runner: usize,
         hctx: usize,
@@ -355,6 +371,7 @@ impl<D: Driver> RequestQueue<D> {
         last: bool,
         budget: Option<usize>,
         now: Option<u64>,
+        stamp: super::trace::TraceStamp,
     ) -> Issued {
         let tags = self.tags();
         let cx = self.cx(hctx);
@@ -405,13 +422,63 @@ impl<D: Driver> RequestQueue<D> {
                 return Issued::Ended;
             }
         }
-        self.trace_rq(crate::trace::Action::Issue, &rq);
+        self.queue_started(&cx, rq, last, stamp)
+    }
+
+    /// [`issue_one`](Self::issue_one) on the request's own hardware queue `hctx`, as its
+    /// runner, for `rq` and `request`, the request it names, known to the caller, which
+    /// has no scheduler tags to take: the budget, the start without a look-up of the
+    /// token, `queue_rq`.
+    #[inline]
+    pub(super) fn issue_known(
+        &self,
+        hctx: usize,
+        mut rq: Rq,
+        request: &Request<D::Payload>,
+        last: bool,
+        now: Option<u64>,
+    ) -> Issued {
+        let tags = self.tags();
+        debug_assert!(
+            !tags.has_scheduler(),
+            "a driver tag held from the allocation"
+        );
+        let cx = self.cx(hctx);
+        let driver = self.driver();
+        if !driver.get_budget(&cx) {
+            return Issued::GaveUp(rq, Status::Resource);
+        }
+        let now = now.unwrap_or_else(|| self.platform().coarse_now_ns());
+        if tags.start_known(&mut rq, request, now).is_err() {
+            driver.put_budget(&cx);
+            self.budget_returned();
+            self.end_unissued(rq, Status::IoErr);
+            return Issued::Ended;
+        }
+        self.queue_started(&cx, rq, last, None)
+    }
+
+    /// Hands `rq`, started with a budget held, to the driver on `cx`'s hardware queue (its
+    /// D stamped with `stamp` when it holds a trace clock reading); a request the driver
+    /// turns down goes back to idle (to be given back) or ends.
+    #[inline(always)]
+    fn queue_started(
+        &self,
+        cx: &HctxCx<'_, D>,
+        rq: Rq,
+        last: bool,
+        stamp: super::trace::TraceStamp,
+    ) -> Issued {
+        let tags = self.tags();
+        let driver = self.driver();
+        let hctx = cx.hctx();
+        self.trace_rq_at(crate::trace::Action::Issue, &rq, stamp);
         self.driver_in(hctx);
-        match driver.queue_rq(&cx, rq, last) {
+        match driver.queue_rq(cx, rq, last) {
             Ok(()) => Issued::Queued,
             Err(Rejected { mut rq, status }) => {
                 self.driver_out(hctx);
-                driver.put_budget(&cx);
+                driver.put_budget(cx);
                 if matches!(status, Status::Resource | Status::DevResource) {
                     let _ = tags.requeue(&mut rq);
                     self.trace_rq(crate::trace::Action::Requeue, &rq);

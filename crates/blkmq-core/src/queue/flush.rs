@@ -253,7 +253,7 @@ impl<D: Driver> RequestQueue<D> {
             rq,
             status,
             |_, request, io| {
-                self.account_done(request.hctx(), io);
+                self.account_done(request.hctx(), io, &mut None);
                 true
             },
             |bio, status| splits.end(bio, status),

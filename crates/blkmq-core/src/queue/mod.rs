@@ -410,6 +410,11 @@ impl<D: Driver> RequestQueue<D> {
                 })
             })
             .collect();
+        if config.tracer.is_some() {
+            // A trace clock that sets itself up on its first reading (a cycle counter's
+            // calibration) does it here, not on the I/O path.
+            let _ = set.platform().trace_now_ns();
+        }
         let mut slots = host.queues.lock();
         let slot = slots
             .iter()

@@ -7,11 +7,12 @@ use crate::driver::{Driver, Rejected, RqBatch};
 use crate::platform::Platform;
 use crate::queue_map::QueueType;
 use crate::queue_tags::{Alloc, FreeBatch};
-use crate::request::Rq;
+use crate::request::{Request, Rq};
 use crate::sync::Ordering;
 use crate::tagset::TagSetFlags;
 
 use super::RequestQueue;
+use super::dispatch::Issued;
 
 /// A [`Plug`] holding this many requests flushes before it takes another.
 ///
@@ -101,12 +102,25 @@ pub struct Plug<'q, D: Driver> {
     /// `queues[i]` is the queue of `rqs[i]`; both are `Some` below `len`, `None` above.
     queues: [Option<&'q RequestQueue<D>>; PLUG_MAX_MULTI],
     rqs: [Option<Rq>; PLUG_MAX_MULTI],
+    /// `issue_on[i]` is the hardware queue `rqs[i]` was made for, [`NO_HCTX`] for a flush
+    /// (which never goes straight to the driver): noted when the request comes in, so a
+    /// flush issues without looking a request up to learn where it goes.
+    issue_on: [u32; PLUG_MAX_MULTI],
+    /// `known[i]`, when set, is the request `rqs[i]` names, noted where the submission had
+    /// it at hand, so its issue starts it without a look-up. The request holds a usage
+    /// reference, so its queue's tags stay while it is here.
+    known: [Option<&'q Request<D::Payload>>; PLUG_MAX_MULTI],
     len: usize,
     multiple_queues: bool,
-    /// Sectors of the last request, `rqs[len - 1]`, while `len` is not zero.
-    last_sectors: u64,
+    /// The sectors `[start, end)` of the last request, `rqs[len - 1]`, while `len` is not
+    /// zero: a bio that neither starts at its end nor ends at its start cannot merge into
+    /// it, which a merge attempt learns without looking the request up.
+    last_range: (u64, u64),
     cache: RqCache<'q, D>,
 }
+
+/// What [`Plug`] notes as the hardware queue of a request that is not issued directly.
+pub(super) const NO_HCTX: u32 = u32::MAX;
 
 /// A plug's requests taken ahead, for one queue and hardware queue.
 ///
@@ -179,9 +193,11 @@ impl<'q, D: Driver> Plug<'q, D> {
         Self {
             queues: [None; PLUG_MAX_MULTI],
             rqs: [const { None }; PLUG_MAX_MULTI],
+            issue_on: [NO_HCTX; PLUG_MAX_MULTI],
+            known: [None; PLUG_MAX_MULTI],
             len: 0,
             multiple_queues: false,
-            last_sectors: 0,
+            last_range: (0, 0),
             cache: RqCache {
                 rqs: [const { None }; PLUG_CACHE],
                 len: 0,
@@ -287,7 +303,23 @@ impl<'q, D: Driver> Plug<'q, D> {
     /// follows the request it merges with, and one try per bio keeps the merge check from
     /// being the dearest step of a submission. Whether it did (else the bio is still the
     /// caller's).
+    ///
+    /// Every merge joins a bio to one end of the request (`merge_place`): with one queue in
+    /// the plug, a bio that touches neither end of the last request fails here, inline,
+    /// without a look-up.
+    #[inline(always)]
     pub(super) fn try_merge(&mut self, queue: &RequestQueue<D>, bio: &Bio) -> bool {
+        let (start, end) = self.last_range;
+        if self.len == 0 || !self.multiple_queues && bio.sector != end && bio.end_sector() != start
+        {
+            return false;
+        }
+        self.try_merge_newest(queue, bio)
+    }
+
+    /// [`try_merge`](Self::try_merge) past its first test: the attempt itself.
+    #[inline(never)]
+    fn try_merge_newest(&mut self, queue: &RequestQueue<D>, bio: &Bio) -> bool {
         // One queue in the plug: its newest request is the last. Several: the newest of
         // this one.
         let is_ours = |q: &Option<&RequestQueue<D>>| q.is_some_and(|q| core::ptr::eq(q, queue));
@@ -297,6 +329,12 @@ impl<'q, D: Driver> Plug<'q, D> {
         } else {
             queues.last().filter(|q| is_ours(q)).map(|_| self.len - 1)
         };
+        let is_last = newest.is_some() && newest == self.len.checked_sub(1);
+        let (start, end) = self.last_range;
+        let back = bio.sector == end;
+        if is_last && !back && bio.end_sector() != start {
+            return false;
+        }
         let Some(rq) = newest.and_then(|i| self.rqs[i].as_mut()) else {
             return false;
         };
@@ -305,45 +343,84 @@ impl<'q, D: Driver> Plug<'q, D> {
             return false;
         }
         let merged = crate::merge::merge_into(tags, &queue.limits, rq, bio);
-        // A merge grows the request by the bio.
-        if merged && newest == self.len.checked_sub(1) {
-            self.last_sectors += u64::from(bio.sectors);
+        // A merge grows the request by the bio, at the end it touches (the back first,
+        // as `merge_place` decides).
+        if merged && is_last {
+            self.last_range = if back {
+                (start, bio.end_sector())
+            } else {
+                (bio.sector, end)
+            };
         }
         merged && queue.traced_merge(rq, bio)
     }
 
     /// Adds a fresh request, flushing first when the plug is full or its last request large.
     pub(super) fn add(&mut self, queue: &'q RequestQueue<D>, rq: Rq) {
-        let sectors = queue.io(&rq).map_or(0, |io| io.sectors());
-        self.add_sized(queue, rq, sectors);
+        // Not noted as known: a request through an elevator flushes through it.
+        let (hctx, range) = match queue.tags().request_and_io(&rq) {
+            Ok((request, io)) => {
+                let hctx = if io.op() == Op::Flush {
+                    NO_HCTX
+                } else {
+                    request.hctx() as u32
+                };
+                (hctx, (io.sector(), io.end_sector()))
+            }
+            Err(_) => (NO_HCTX, (0, 0)),
+        };
+        self.add_placed(queue, rq, hctx, range, None);
     }
 
-    /// [`add`](Self::add) for a request of `sectors` sectors.
-    #[inline]
-    pub(super) fn add_sized(&mut self, queue: &'q RequestQueue<D>, rq: Rq, sectors: u64) {
+    /// [`add`](Self::add) for a request made for hardware queue `hctx` ([`NO_HCTX`] for a
+    /// flush) holding the sectors `range`, `[start, end)`; `known`, when given, is the
+    /// request `rq` names.
+    #[inline(always)]
+    pub(super) fn add_placed(
+        &mut self,
+        queue: &'q RequestQueue<D>,
+        rq: Rq,
+        hctx: u32,
+        range: (u64, u64),
+        known: Option<&'q Request<D::Payload>>,
+    ) {
         let max = if self.multiple_queues {
             PLUG_MAX_MULTI
         } else {
             PLUG_MAX
         };
-        let large =
-            self.len != 0 && self.last_sectors * crate::bio::SECTOR_SIZE >= PLUG_FLUSH_BYTES;
+        let (start, end) = self.last_range;
+        let large = self.len != 0
+            && end.saturating_sub(start) * crate::bio::SECTOR_SIZE >= PLUG_FLUSH_BYTES;
         if self.len >= max || large {
-            self.flush();
+            self.flush_full();
         }
-        self.last_sectors = sectors;
+        self.last_range = range;
         // As Linux: several queues once a request follows one of another queue.
-        if let Some(last) = self.len.checked_sub(1).and_then(|i| self.queues[i]) {
-            if !core::ptr::eq(last, queue) {
-                self.multiple_queues = true;
-            }
+        match self.len.checked_sub(1).and_then(|i| self.queues[i]) {
+            Some(last) if !core::ptr::eq(last, queue) => self.multiple_queues = true,
+            Some(_) => {}
+            None => Self::trace_start(queue),
         }
-        queue.trace_plug(self.len);
         // Flushed above when full: `len` is below `max`, at most `PLUG_MAX_MULTI`.
         self.queues[self.len] = Some(queue);
         self.rqs[self.len] = Some(rq);
+        self.issue_on[self.len] = hctx;
+        self.known[self.len] = known;
         self.len += 1;
         self.cache.left = self.cache.left.saturating_sub(1);
+    }
+
+    /// The first request of an empty plug: traced as the plug's start.
+    #[inline(never)]
+    fn trace_start(queue: &RequestQueue<D>) {
+        queue.trace_plug(0);
+    }
+
+    /// [`flush`](Self::flush) before a request that would overfill the plug.
+    #[inline(never)]
+    fn flush_full(&mut self) {
+        self.flush();
     }
 
     /// Hands every request to its queue, in the order they were made.
@@ -379,7 +456,12 @@ impl<'q, D: Driver> Plug<'q, D> {
                 .iter()
                 .position(|q| !q.is_some_and(|q| core::ptr::eq(q, queue)))
                 .map_or(self.len, |n| start + n);
-            queue.flush_plugged(&mut PlugRun::new(&mut self.rqs[start..end]));
+            let run = &mut PlugRun::new(
+                &mut self.rqs[start..end],
+                &self.issue_on[start..end],
+                &self.known[start..end],
+            );
+            queue.flush_plugged(run);
             // Taken: a flush that a panic interrupted goes on from here on drop.
             self.queues[start..end].fill(None);
             start = end;
@@ -449,25 +531,67 @@ impl<D: Driver> fmt::Debug for Plug<'_, D> {
 ///
 /// # Invariants
 /// `slots[..head]` are taken (`None`), `slots[head..]` are the requests still to hand over,
-/// in order; whatever is put back at the front was just taken from it.
-struct PlugRun<'a> {
+/// in order; whatever is put back at the front was just taken from it. `issue_on[i]` is
+/// the hardware queue of `slots[i]`'s request, [`NO_HCTX`] for a flush.
+struct PlugRun<'a, T> {
     slots: &'a mut [Option<Rq>],
+    issue_on: &'a [u32],
+    /// `known[i]`, when set, is the request `slots[i]` names.
+    known: &'a [Option<&'a Request<T>>],
     head: usize,
 }
 
-impl<'a> PlugRun<'a> {
-    /// The requests of `slots`, past those already taken (by a flush a panic interrupted).
-    fn new(slots: &'a mut [Option<Rq>]) -> Self {
+impl<'a, T> PlugRun<'a, T> {
+    /// The requests of `slots`, made for the hardware queues `issue_on`, `known` where
+    /// noted, past those already taken (by a flush a panic interrupted).
+    fn new(
+        slots: &'a mut [Option<Rq>],
+        issue_on: &'a [u32],
+        known: &'a [Option<&'a Request<T>>],
+    ) -> Self {
+        debug_assert_eq!(slots.len(), issue_on.len());
+        debug_assert_eq!(slots.len(), known.len());
         let head = slots
             .iter()
             .position(Option::is_some)
             .unwrap_or(slots.len());
-        Self { slots, head }
+        Self {
+            slots,
+            issue_on,
+            known,
+            head,
+        }
     }
 
     /// The next request to hand over.
     fn front(&self) -> Option<&Rq> {
         self.slots.get(self.head).and_then(Option::as_ref)
+    }
+
+    /// The hardware queue the next request goes to directly; `None` when none is left or
+    /// it is a flush.
+    #[inline]
+    fn front_hctx(&self) -> Option<usize> {
+        self.front()?;
+        let hctx = *self.issue_on.get(self.head)?;
+        (hctx != NO_HCTX).then_some(hctx as usize)
+    }
+
+    /// Takes the requests at the front that go directly to `hctx`: their slots, to be
+    /// emptied by the caller, and the requests known of them.
+    #[inline]
+    fn run_of(&mut self, hctx: usize) -> (&mut [Option<Rq>], &'a [Option<&'a Request<T>>]) {
+        let start = self.head;
+        let n = self.issue_on[start..]
+            .iter()
+            .zip(&self.slots[start..])
+            .take_while(|(on, slot)| **on as usize == hctx && slot.is_some())
+            .count();
+        self.head += n;
+        (
+            &mut self.slots[start..start + n],
+            &self.known[start..start + n],
+        )
     }
 
     /// Takes the next request.
@@ -505,7 +629,7 @@ impl<D: Driver> RequestQueue<D> {
     }
 
     /// Takes a flushed plug's requests of this queue (all of `rqs`), in order.
-    fn flush_plugged(&self, rqs: &mut PlugRun<'_>) {
+    fn flush_plugged(&self, rqs: &mut PlugRun<'_, D::Payload>) {
         self.trace_unplug(rqs.slots.len() - rqs.head);
         let elevated = self.has_elevator.load(Ordering::Relaxed);
         if elevated {
@@ -558,21 +682,13 @@ impl<D: Driver> RequestQueue<D> {
     /// [`submit`](Self::submit) issues a lone request); stops at a flush or at the first
     /// hardware queue it cannot take, and what is left stays in `rqs`.
     ///
-    /// Unless the driver may block, the requests of one run share one read of the clock
-    /// for their start, as the requests of one plug share it in Linux.
-    fn issue_plugged(&self, rqs: &mut PlugRun<'_>) {
+    /// Each run claims its hardware queue, arms the restart and finishes the run once for
+    /// all its requests, and unless the driver may block, they share one read of the clock
+    /// for their start, as the requests of one plug share it in Linux. Where each request
+    /// goes the plug noted when it came in: nothing is looked up to learn it.
+    fn issue_plugged(&self, rqs: &mut PlugRun<'_, D::Payload>) {
         let blocking = self.host.set.flags().contains(TagSetFlags::BLOCKING);
-        // A request's hardware queue; `None` for a flush (or a request not ours).
-        let data_hctx = |rq: &Rq| {
-            self.tags()
-                .hctx_and_op(rq)
-                .and_then(|(hctx, op)| (op != Op::Flush).then_some(hctx))
-        };
-        while let Some(first) = rqs.front() {
-            let Some(hctx) = data_hctx(first) else {
-                return;
-            };
-            let h = &self.hctxs[hctx];
+        while let Some(hctx) = rqs.front_hctx() {
             if !self.claim_idle(hctx) {
                 return;
             }
@@ -581,27 +697,70 @@ impl<D: Driver> RequestQueue<D> {
                 return;
             }
             self.arm_restart(hctx);
-            let mut batch = h.run_batch.lock();
-            // The first is known to belong; each later one is looked at once.
-            while rqs
-                .front()
-                .is_some_and(|rq| batch.is_empty() || data_hctx(rq) == Some(hctx))
-            {
-                if let Some(rq) = rqs.pop_front() {
+            let now = (!blocking).then(|| self.platform().coarse_now_ns());
+            self.issue_run(hctx, rqs, now);
+            self.finish_run(hctx);
+        }
+    }
+
+    /// As `hctx`'s runner, issues the requests at the front of `rqs` made for `hctx`, in
+    /// order, each through [`issue_one`](Self::issue_one) (`last` on the final one of the
+    /// run, `commit_rqs` owed after one that was not), starting at `now` when given. When
+    /// the hardware queue halts or the driver gives one back, it and the rest of the run go
+    /// back to the hardware queue as a dispatch would leave them
+    /// ([`put_back`](Self::put_back), [`give_up`](Self::give_up)).
+    fn issue_run(&self, hctx: usize, rqs: &mut PlugRun<'_, D::Payload>, now: Option<u64>) {
+        let (run, known) = rqs.run_of(hctx);
+        // Without scheduler tags (as always here: a queue with an elevator flushes through
+        // it) an issue only starts the request, which a request known needs no look-up for.
+        let start_known = !self.tags().has_scheduler();
+        // Whether a request was queued as not `last` since the last commit.
+        let mut owed = false;
+        for i in 0..run.len() {
+            let Some(rq) = run[i].take() else { break };
+            let last = i + 1 == run.len();
+            if self.halted(hctx) {
+                // Back on the dispatch list, with the rest of the run, for the run that
+                // resumes the hardware queue.
+                let mut batch = self.hctxs[hctx].run_batch.lock();
+                batch.push_back(rq);
+                batch.extend(run[i + 1..].iter_mut().filter_map(Option::take));
+                self.put_back(hctx, &mut batch);
+                self.commit_owed(hctx, owed);
+                return;
+            }
+            let issued = match known[i] {
+                Some(request) if start_known => self.issue_known(hctx, rq, request, last, now),
+                _ => self.issue_one(hctx, hctx, rq, last, None, now),
+            };
+            match issued {
+                Issued::Queued => owed = !last,
+                Issued::Ended => {}
+                Issued::GaveUp(rq, status) => {
+                    // It and the rest of the run wait at the head, in order.
+                    let mut batch = self.hctxs[hctx].run_batch.lock();
                     batch.push_back(rq);
+                    batch.extend(run[i + 1..].iter_mut().filter_map(Option::take));
+                    self.commit_owed(hctx, owed);
+                    self.give_up(hctx, &mut batch, status);
+                    return;
                 }
             }
-            let now = (!blocking).then(|| self.platform().coarse_now_ns());
-            // Every request taken above is this hardware queue's.
-            self.issue_batch(hctx, &mut batch, now, true);
-            drop(batch);
-            self.finish_run(hctx);
+        }
+        self.commit_owed(hctx, owed);
+    }
+
+    /// [`Driver::commit_rqs`] on `hctx` when `owed`: a request went to the driver as not
+    /// `last` and nothing followed it.
+    fn commit_owed(&self, hctx: usize, owed: bool) {
+        if owed {
+            self.driver().commit_rqs(&self.cx(hctx));
         }
     }
 
     /// Issues a plug's requests through [`Driver::queue_rqs`], hardware queue by hardware
     /// queue, while the hardware queue is idle; what is left stays in `rqs`.
-    fn issue_list(&self, rqs: &mut PlugRun<'_>) {
+    fn issue_list(&self, rqs: &mut PlugRun<'_, D::Payload>) {
         let tags = self.tags();
         let driver = self.driver();
         while let Some(first) = rqs.front() {

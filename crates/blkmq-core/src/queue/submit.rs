@@ -6,11 +6,12 @@ use crate::error::TagError;
 use crate::platform::Platform;
 use crate::queue_map::QueueType;
 use crate::queue_tags::Alloc;
-use crate::request::Rq;
+use crate::request::{Request, Rq};
 use crate::sync::Ordering;
 
 use super::dispatch::Issued;
 use super::plug::Plug;
+use super::trace::TraceStamp;
 use super::usage::UsageRef;
 
 use super::{RequestQueue, SwCtx};
@@ -111,11 +112,13 @@ impl<D: Driver> RequestQueue<D> {
     }
 
     fn submit_inner<'q>(&'q self, bio: Bio, plug: Option<&mut Plug<'q, D>>) -> Result<(), Bio> {
-        self.trace_bio(crate::trace::Action::Queue, &bio);
+        // One trace clock reading for the Q, and the G and D of a bio issued directly.
+        let stamp = self.trace_stamp();
+        self.trace_bio_at(crate::trace::Action::Queue, &bio, stamp);
         if super::flush::is_flush_bio(&bio) {
             return self.submit_flush_bio(bio, plug);
         }
-        self.submit_prepared(bio, plug)
+        self.submit_prepared(bio, plug, stamp)
     }
 
     /// A flush, or a bio with a flag of one: on a device with no cache to flush, the flags
@@ -128,7 +131,7 @@ impl<D: Driver> RequestQueue<D> {
         let Some(bio) = self.flush_prepare(bio) else {
             return Ok(());
         };
-        self.submit_prepared(bio, plug).map_err(|mut back| {
+        self.submit_prepared(bio, plug, None).map_err(|mut back| {
             back.flags |= flags;
             back
         })
@@ -139,11 +142,12 @@ impl<D: Driver> RequestQueue<D> {
         &'q self,
         bio: Bio,
         mut plug: Option<&mut Plug<'q, D>>,
+        stamp: TraceStamp,
     ) -> Result<(), Bio> {
         // The common bio in a few steps: no piece of a split, valid, one request whole.
         if !bio.flags.contains(BioFlags::SPLIT) && self.limits.fits_whole(&bio) {
             return match plug {
-                None => self.submit_whole(&bio),
+                None => self.submit_whole(&bio, stamp),
                 plug => self.submit_general(&bio, true, plug),
             };
         }
@@ -207,9 +211,12 @@ impl<D: Driver> RequestQueue<D> {
     /// [`submit_one`](Self::submit_one) for the common bio: a read or write that fits one
     /// request whole, with no plug. An instance of its own, so the common submission goes
     /// the whole way in one frame with nothing of the plug's in it.
+    ///
+    /// `stamp`: the trace clock reading of its Q, for its G and D (see
+    /// [`trace_stamp`](Self::trace_stamp)).
     #[inline(never)]
-    fn submit_whole(&self, bio: &Bio) -> Result<(), Bio> {
-        self.submit_one(bio, true, None)
+    fn submit_whole(&self, bio: &Bio, stamp: TraceStamp) -> Result<(), Bio> {
+        self.submit_one(bio, true, None, stamp)
     }
 
     /// [`submit_one`](Self::submit_one) for every other bio that fits one request: in a
@@ -220,7 +227,7 @@ impl<D: Driver> RequestQueue<D> {
         whole: bool,
         plug: Option<&mut Plug<'q, D>>,
     ) -> Result<(), Bio> {
-        self.submit_one(bio, whole, plug)
+        self.submit_one(bio, whole, plug, None)
     }
 
     /// Submits a bio that fits one request (`whole`: it fits whole,
@@ -249,6 +256,7 @@ impl<D: Driver> RequestQueue<D> {
         bio: &Bio,
         whole: bool,
         mut plug: Option<&mut Plug<'q, D>>,
+        stamp: TraceStamp,
     ) -> Result<(), Bio> {
         // The bio is read field by field here and copied only after `enter`'s locked
         // operation: a caller that has just built it has stores in flight, and a wide copy
@@ -309,25 +317,36 @@ impl<D: Driver> RequestQueue<D> {
             Some(plug) if !elevated => self.take_cached(plug, bio, segments, cpu, hctx),
             _ => None,
         };
-        let mut rq = match cached {
-            Some(rq) => rq,
+        // The request the token names, where the cache had it at hand.
+        let (mut rq, known) = match cached {
+            Some((rq, request)) => (rq, Some(request)),
             None => match self
                 .tags()
                 .alloc_with_bio(&Alloc::new(hctx, cpu), *bio, segments)
             {
-                Ok(rq) => rq,
+                Ok(rq) => (rq, None),
                 Err((e, bio)) => return self.alloc_failed(usage, e, bio),
             },
         };
-        self.trace_rq(crate::trace::Action::GetRq, &rq);
-        self.account_start(&mut rq, cpu, hctx);
+        self.trace_get_rq(&rq, bio, cpu, hctx, stamp);
+        let now = self.account_start(&mut rq, cpu, hctx);
         // INVARIANT: the request holds the usage reference until it is freed.
         usage.hand_to_request();
         match plug {
             _ if sequenced => self.flush_insert(rq),
-            Some(plug) => plug.add_sized(self, rq, u64::from(bio.sectors)),
+            Some(plug) => {
+                // A flush never goes straight to the driver (`issue_plugged`).
+                let issue_on = if bio.op == Op::Flush {
+                    super::plug::NO_HCTX
+                } else {
+                    hctx as u32
+                };
+                plug.add_placed(self, rq, issue_on, (bio.sector, bio.end_sector()), known);
+            }
             // The common submission: issued at once on an idle hardware queue.
-            None if !elevated && bio.op != Op::Flush => self.issue_direct(rq, cpu, hctx, kind),
+            None if !elevated && bio.op != Op::Flush => {
+                self.issue_direct(rq, cpu, hctx, kind, now, stamp)
+            }
             None => {
                 self.insert(rq, hctx, elevated, false);
                 self.run_hw_queue(hctx);
@@ -337,9 +356,10 @@ impl<D: Driver> RequestQueue<D> {
     }
 
     /// A request of `plug`'s cache carrying `bio` (with its data segments `segments`), for
-    /// hardware queue `hctx`; `None` when the cache has none for it. A cached token that is
-    /// no longer ours (the tags were replaced since) empties the cache.
-    #[inline]
+    /// hardware queue `hctx`, and the request its token names; `None` when the cache has
+    /// none for it. A cached token that is no longer ours (the tags were replaced since)
+    /// empties the cache.
+    #[inline(always)]
     fn take_cached<'q>(
         &'q self,
         plug: &mut Plug<'q, D>,
@@ -347,13 +367,13 @@ impl<D: Driver> RequestQueue<D> {
         segments: crate::segment::SegSpan,
         cpu: usize,
         hctx: usize,
-    ) -> Option<Rq> {
+    ) -> Option<(Rq, &'q Request<D::Payload>)> {
         let mut rq = plug.take_cached(self, hctx, cpu)?;
-        if !self.tags().set_cached_bio(&mut rq, *bio, segments) {
+        let Some(request) = self.tags().set_cached_bio(&mut rq, *bio, segments) else {
             plug.forget_cache();
             return None;
-        }
-        Some(rq)
+        };
+        Some((rq, request))
     }
 
     /// With the usage reference `usage` held, no request could be had for `bio`: without
@@ -377,15 +397,28 @@ impl<D: Driver> RequestQueue<D> {
     /// Without an elevator, a fresh request that is no flush: issued directly when its
     /// hardware queue is idle (nothing queued ahead, the hardware not busy, and nobody
     /// running it), else queued on the CPU's software queue and the hardware queue run.
+    /// `now`, when the caller read the coarse clock a moment ago, is the start stamp;
+    /// `stamp`, the trace clock reading for its D when it is issued here (see
+    /// [`trace_stamp`](Self::trace_stamp)).
     #[inline(always)]
-    fn issue_direct(&self, rq: Rq, cpu: usize, hctx: usize, kind: QueueType) {
+    #[allow(clippy::too_many_arguments)]
+    fn issue_direct(
+        &self,
+        rq: Rq,
+        cpu: usize,
+        hctx: usize,
+        kind: QueueType,
+        now: Option<u64>,
+        stamp: TraceStamp,
+    ) {
         let h = &self.hctxs[hctx];
         if self.claim_idle(hctx) {
             if self.halted(hctx) {
                 self.push_ctx_for(cpu, kind, hctx, rq);
             } else {
                 self.arm_restart(hctx);
-                if let Issued::GaveUp(rq, status) = self.issue_one(hctx, hctx, rq, true, None, None)
+                if let Issued::GaveUp(rq, status) =
+                    self.issue_one_at(hctx, hctx, rq, true, None, now, stamp)
                 {
                     let mut batch = h.run_batch.lock();
                     batch.push_back(rq);

@@ -1,5 +1,13 @@
 //! The queue's trace points: each is one branch on the queue's tracer, and the event is
 //! made out of line only when one is set (see [`crate::trace`]).
+//!
+//! The Q, G and D of a bio issued directly by its submission happen within nanoseconds of
+//! each other: they share one reading of the trace clock, taken for the Q
+//! ([`trace_stamp`](RequestQueue::trace_stamp)) and handed down the submission, as Linux
+//! caches the time of a submission batch in its plug. Every other event reads the clock
+//! when it happens; a completion reads it once. Events of one CPU stay in the order of
+//! their times: a shared reading is used only by the events before any that reads the
+//! clock again.
 
 use crate::bio::{Bio, Status};
 use crate::driver::Driver;
@@ -8,23 +16,81 @@ use crate::trace::{Action, TraceEvent, Tracer};
 
 use super::RequestQueue;
 
+/// A trace clock reading taken earlier in the same call chain, for an event that happens
+/// right after it; `None`: read the clock (or no tracer is set).
+pub(super) type TraceStamp = Option<u64>;
+
 impl<D: Driver> RequestQueue<D> {
+    /// The trace clock now when a tracer is set, for the events of a submission.
+    #[inline(always)]
+    pub(super) fn trace_stamp(&self) -> TraceStamp {
+        if self.tracer.is_some() {
+            Some(self.trace_now())
+        } else {
+            None
+        }
+    }
+
+    /// The trace clock ([`Platform::trace_now_ns`](crate::Platform::trace_now_ns)).
+    #[cold]
+    #[inline(never)]
+    fn trace_now(&self) -> u64 {
+        crate::platform::Platform::trace_now_ns(self.platform())
+    }
+
+    /// The time of an event: `stamp`'s, else the trace clock now.
+    #[inline]
+    fn time(&self, stamp: TraceStamp) -> u64 {
+        match stamp {
+            Some(time) => time,
+            None => crate::platform::Platform::trace_now_ns(self.platform()),
+        }
+    }
+
     /// A bio event: Q, or X with the first piece.
     ///
     /// The bio is copied for the event only once a tracer is found: taking its address on
     /// the way in would keep a submission's bio in memory where it stays in registers.
     #[inline(always)]
     pub(super) fn trace_bio(&self, action: Action, bio: &Bio) {
+        self.trace_bio_at(action, bio, None);
+    }
+
+    /// [`trace_bio`](Self::trace_bio) at `stamp`'s time.
+    #[inline(always)]
+    pub(super) fn trace_bio_at(&self, action: Action, bio: &Bio, stamp: TraceStamp) {
         if let Some(tracer) = &self.tracer {
-            self.emit_bio(&**tracer, action, *bio);
+            self.emit_bio(&**tracer, action, *bio, stamp);
         }
     }
 
     /// A request event (G, I, D, R) with the request's range.
     #[inline(always)]
     pub(super) fn trace_rq(&self, action: Action, rq: &Rq) {
+        self.trace_rq_at(action, rq, None);
+    }
+
+    /// [`trace_rq`](Self::trace_rq) at `stamp`'s time.
+    #[inline(always)]
+    pub(super) fn trace_rq_at(&self, action: Action, rq: &Rq, stamp: TraceStamp) {
         if let Some(tracer) = &self.tracer {
-            self.emit_rq(&**tracer, action, rq);
+            self.emit_rq(&**tracer, action, rq, stamp);
+        }
+    }
+
+    /// G for `rq`, just made for `bio` on `cpu` for `hctx`: the event is made of what the
+    /// caller holds, with no look-up of the request.
+    #[inline(always)]
+    pub(super) fn trace_get_rq(
+        &self,
+        rq: &Rq,
+        bio: &Bio,
+        cpu: usize,
+        hctx: usize,
+        stamp: TraceStamp,
+    ) {
+        if let Some(tracer) = &self.tracer {
+            self.emit_get_rq(&**tracer, rq.tag(), bio, (cpu, hctx), stamp);
         }
     }
 
@@ -75,7 +141,7 @@ impl<D: Driver> RequestQueue<D> {
     pub(super) fn trace_plug(&self, len: usize) {
         if let Some(tracer) = &self.tracer {
             if len == 0 {
-                tracer.event(&self.event(Action::Plug));
+                tracer.event(&self.event(Action::Plug, None));
             }
         }
     }
@@ -86,45 +152,49 @@ impl<D: Driver> RequestQueue<D> {
         if let Some(tracer) = &self.tracer {
             let event = TraceEvent {
                 sectors: len as u32,
-                ..self.event(Action::Unplug)
+                ..self.event(Action::Unplug, None)
             };
             tracer.event(&event);
         }
     }
 
-    /// An event of `action` now, on this CPU, of this queue.
+    /// An event of `action` at `stamp`'s time or now, on this CPU, of this queue.
     #[inline]
-    fn event(&self, action: Action) -> TraceEvent {
+    fn event(&self, action: Action, stamp: TraceStamp) -> TraceEvent {
         TraceEvent {
             queue: self.id,
             cpu: self.cpu() as u32,
-            ..TraceEvent::new(action, crate::platform::Platform::now_ns(self.platform()))
+            ..TraceEvent::new(action, self.time(stamp))
         }
     }
 
     #[cold]
     #[inline(never)]
-    fn emit_bio(&self, tracer: &dyn Tracer, action: Action, bio: Bio) {
+    fn emit_bio(&self, tracer: &dyn Tracer, action: Action, bio: Bio, stamp: TraceStamp) {
         let event = TraceEvent {
             sector: bio.sector,
             sectors: bio.sectors,
             issuer: bio.issuer,
             op: bio.op,
             flags: bio.flags,
-            ..self.event(action)
+            ..self.event(action, stamp)
         };
         tracer.event(&event);
     }
 
     /// The event of `action` for a request, with its range, or `None` if it is not ours.
-    fn rq_event(&self, action: Action, rq: &Rq) -> Option<TraceEvent> {
-        let tags = self.tags();
-        let request = tags.request(rq).ok()?;
-        let io = tags.io(rq).ok()?;
-        Some(self.io_event(action, request, io))
+    fn rq_event(&self, action: Action, rq: &Rq, stamp: TraceStamp) -> Option<TraceEvent> {
+        let (request, io) = self.tags().request_and_io(rq).ok()?;
+        Some(self.io_event(action, request, io, stamp))
     }
 
-    fn io_event(&self, action: Action, request: &Request<D::Payload>, io: &RqIo) -> TraceEvent {
+    fn io_event(
+        &self,
+        action: Action,
+        request: &Request<D::Payload>,
+        io: &RqIo,
+        stamp: TraceStamp,
+    ) -> TraceEvent {
         TraceEvent {
             sector: io.sector(),
             sectors: io.sectors() as u32,
@@ -133,22 +203,47 @@ impl<D: Driver> RequestQueue<D> {
             issuer: io.issuer(),
             op: io.op(),
             flags: io.flags(),
-            ..self.event(action)
+            ..self.event(action, stamp)
         }
     }
 
     #[cold]
     #[inline(never)]
-    fn emit_rq(&self, tracer: &dyn Tracer, action: Action, rq: &Rq) {
-        if let Some(event) = self.rq_event(action, rq) {
+    fn emit_rq(&self, tracer: &dyn Tracer, action: Action, rq: &Rq, stamp: TraceStamp) {
+        if let Some(event) = self.rq_event(action, rq, stamp) {
             tracer.event(&event);
         }
     }
 
     #[cold]
     #[inline(never)]
+    fn emit_get_rq(
+        &self,
+        tracer: &dyn Tracer,
+        tag: u32,
+        bio: &Bio,
+        (cpu, hctx): (usize, usize),
+        stamp: TraceStamp,
+    ) {
+        let event = TraceEvent {
+            sector: bio.sector,
+            sectors: bio.sectors,
+            queue: self.id,
+            hctx: hctx as u32,
+            tag,
+            cpu: cpu as u32,
+            issuer: bio.issuer,
+            op: bio.op,
+            flags: bio.flags,
+            ..TraceEvent::new(Action::GetRq, self.time(stamp))
+        };
+        tracer.event(&event);
+    }
+
+    #[cold]
+    #[inline(never)]
     fn emit_merge(&self, tracer: &dyn Tracer, rq: &Rq, bio: &Bio) {
-        let Some(mut event) = self.rq_event(Action::BackMerge, rq) else {
+        let Some(mut event) = self.rq_event(Action::BackMerge, rq, None) else {
             return;
         };
         if event.sector == bio.sector {
@@ -172,7 +267,7 @@ impl<D: Driver> RequestQueue<D> {
     ) {
         let event = TraceEvent {
             status,
-            ..self.io_event(Action::Complete, request, io)
+            ..self.io_event(Action::Complete, request, io, None)
         };
         tracer.event(&event);
     }

@@ -6,7 +6,7 @@ use blkmq_sbitmap::{BitBatch, SbitmapError};
 
 use crate::bio::Bio;
 use crate::platform::Platform;
-use crate::request::Rq;
+use crate::request::{Request, Rq};
 use crate::segment::SegSpan;
 use crate::tags::TagMap;
 use crate::tagset::TagSetFlags;
@@ -128,22 +128,24 @@ impl<T, P: Platform> QueueTags<T, P> {
     }
 
     /// Puts `bio` (with its data segments `segments`) on `rq`, a request of a plug's cache
-    /// (nothing on it); whether it did: `false` when the token is not ours (the queue's tags
-    /// were replaced since the cache was filled), and then nothing changed.
+    /// (nothing on it); the request it names, or `None` when the token is not ours (the
+    /// queue's tags were replaced since the cache was filled), and then nothing changed.
     #[inline(always)]
-    pub(crate) fn set_cached_bio(&self, rq: &mut Rq, bio: Bio, segments: SegSpan) -> bool {
+    pub(crate) fn set_cached_bio(
+        &self,
+        rq: &mut Rq,
+        bio: Bio,
+        segments: SegSpan,
+    ) -> Option<&Request<T>> {
         if rq.pool() != self.set_id {
-            return false;
+            return None;
         }
-        let Some(request) = self
+        let request = self
             .maps()
             .get(rq.map())
-            .and_then(|map| map.requests.get(rq.index()))
-        else {
-            return false;
-        };
+            .and_then(|map| map.requests.get(rq.index()))?;
         if !request.is_owned_by(self.id, rq.generation()) {
-            return false;
+            return None;
         }
         // SAFETY: the token is live and ours (just checked), and the caller owns it: nobody
         // else reaches `io`.
@@ -151,7 +153,7 @@ impl<T, P: Platform> QueueTags<T, P> {
         debug_assert_eq!(io.nr_bios(), 0, "a cached request carries nothing");
         io.set_bio(bio);
         io.set_span(segments);
-        true
+        Some(request)
     }
 
     /// Frees a request with nothing on it (a plug's unused cached request): our own normal

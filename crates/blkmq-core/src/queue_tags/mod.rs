@@ -12,7 +12,7 @@ use core::ptr;
 
 use crossbeam_utils::CachePadded;
 
-use crate::bio::{Bio, Op, Status};
+use crate::bio::{Bio, Status};
 use crate::error::{Misused, TagError};
 use crate::platform::Platform;
 use crate::request::{NO_TAG, Request, Rq, RqIo, RqSegments, RqState};
@@ -361,12 +361,6 @@ impl<T, P: Platform> QueueTags<T, P> {
         Ok(self.owner(rq)?.1)
     }
 
-    /// The hardware queue `rq` was allocated for and its operation, in one look-up.
-    pub(crate) fn hctx_and_op(&self, rq: &Rq) -> Option<(usize, Op)> {
-        let (request, io) = self.request_and_io(rq).ok()?;
-        Some((request.hctx(), io.op()))
-    }
-
     /// The shared side of the request `rq` names and the I/O it carries.
     pub(crate) fn request_and_io<'a>(
         &'a self,
@@ -553,6 +547,27 @@ impl<T, P: Platform> QueueTags<T, P> {
     /// ```
     pub fn start(&self, rq: &mut Rq, now_ns: u64) -> Result<(), TagError> {
         let request = self.owner(rq)?.1;
+        self.start_resolved(request, now_ns)
+    }
+
+    /// [`start`](Self::start) for `request`, the request `rq` names, as a look-up of `rq`
+    /// returned it while the caller held it (the caller keeps the two together: a plug
+    /// notes the request when it takes the token).
+    ///
+    /// # Errors
+    /// As [`start`](Self::start) when the request is not idle.
+    #[inline]
+    pub(crate) fn start_known(
+        &self,
+        rq: &mut Rq,
+        request: &Request<T>,
+        now_ns: u64,
+    ) -> Result<(), TagError> {
+        debug_assert!(
+            self.owner(rq)
+                .is_ok_and(|(_, named)| core::ptr::eq(named, request)),
+            "the request its token names"
+        );
         self.start_resolved(request, now_ns)
     }
 

@@ -2,27 +2,31 @@
 //!
 //! # The ring
 //!
-//! Each CPU has a bounded ring of slots, Dmitry Vyukov's bounded MPMC queue: every slot
-//! carries a sequence word, and positions only grow (a slot is `position & mask`).
+//! Each CPU has a bounded ring of slots; positions only grow (a slot is
+//! `position & mask`), and every slot carries a sequence word, as in Dmitry Vyukov's bounded
+//! queue. The reader's position (`head`) says which slots are free, the sequence which are
+//! published:
 //!
-//! * A writer reads the tail position `p` and its slot's sequence `s`. `s == p`: the slot
-//!   is free for position `p`; the writer claims `p` by moving the tail from `p` to `p + 1`
+//! * A writer reads the tail position `p` and the head `h` (Acquire). `p - h` is the
+//!   capacity: the ring is full and the event is counted as dropped, never waited for.
+//!   Otherwise the writer claims `p` by moving the tail from `p` to `p + 1`
 //!   (compare-and-swap; on failure it retries with the tail it saw), writes the event, and
-//!   publishes it by storing `p + 1` in the sequence (Release). `s < p`: the slot still
-//!   holds the event of position `p - capacity`, not yet read: the ring is full and the
-//!   event is counted as dropped, never waited for. `s > p`: another writer took `p`;
-//!   reload the tail.
-//! * The reader does the same on the head: `s == p + 1` means published; it claims `p`,
-//!   reads the event, and frees the slot for position `p + capacity` by storing that in
-//!   the sequence (Release). `s < p + 1`: nothing more is published.
+//!   publishes it by storing `p + 1` in the slot's sequence (Release).
+//! * The reader at the head `p` takes the slot once its sequence is `p + 1` (Acquire), reads
+//!   the event, and frees the slot by storing `p + 1` in the head (Release). Readers take
+//!   turns through a flag per ring; a reader never waits for a writer (an event claimed but
+//!   not published yet waits for the next drain, and the events after it with it).
 //!
-//! The Acquire load of the sequence pairs with the other side's Release store, so the
-//! writer's event is visible to the reader that sees `p + 1`, and the reader's read is done
-//! before the writer that sees `p + capacity` overwrites the slot. Several threads on one
-//! CPU index (threads under an OS) share a ring safely: the tail is claimed, not assumed.
-//! Nothing is allocated after [`RingTracer::new`]; an event costs one compare-and-swap on
-//! its CPU's own line, and a sequence store. `tests/loom.rs` checks a writer against the
-//! reader and two writers on a full ring.
+//! The writer's Acquire load of the head pairs with the reader's Release store of it, so
+//! the reader's read of a slot is done before a writer a lap later overwrites it; the
+//! reader's Acquire load of the sequence pairs with the writer's Release store, so the
+//! event is whole when read. A writer reads only the tail and the head, two lines that stay
+//! in its cache, and writes its slot: each slot is one cache line (the sequence and the
+//! event without its number, which is the position), so an event costs one
+//! compare-and-swap on its CPU's own line and one line written. Several threads on one CPU
+//! index (threads under an OS) share a ring safely: the tail is claimed, not assumed.
+//! Nothing is allocated after [`RingTracer::new`]. `tests/loom.rs` checks a writer against
+//! the reader, two writers on a full ring, and two readers.
 
 use alloc::boxed::Box;
 use alloc::vec::Vec;
@@ -31,12 +35,13 @@ use core::mem::MaybeUninit;
 use crossbeam_utils::CachePadded;
 
 use super::{TraceEvent, Tracer};
-use crate::sync::{AtomicU64, AtomicUsize, Ordering};
+use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
-/// One event's room in a ring.
+/// One event's room in a ring: one cache line.
+#[repr(C, align(64))]
 struct Slot {
-    /// The position this slot is free for (`== position`), or published at
-    /// (`== position + 1`).
+    /// The position published here plus one (a value never equal to `position + 1` for a
+    /// position not published yet: `index` at first, then the last lap's).
     seq: AtomicUsize,
     event: EventCell,
 }
@@ -45,12 +50,16 @@ struct Slot {
 struct Ring {
     /// The next position a writer claims.
     tail: CachePadded<AtomicUsize>,
-    /// The next position the reader takes.
+    /// The next position the reader takes: every slot before it is free.
     head: CachePadded<AtomicUsize>,
+    /// Set while a reader takes an event: readers take turns.
+    reading: CachePadded<AtomicBool>,
     /// Events not kept: the ring was full.
     dropped: CachePadded<AtomicU64>,
     slots: Box<[Slot]>,
     mask: usize,
+    /// Whether the processor has `PREFETCHW` (see [`prefetch`]).
+    prefetchw: bool,
 }
 
 /// A [`Tracer`] that keeps events in a ring per CPU, allocated once, and counts the events
@@ -59,7 +68,7 @@ struct Ring {
 /// An event goes to the ring of its own [`cpu`](TraceEvent::cpu) (modulo the rings), and
 /// gets that ring's next sequence number as its [`seq`](TraceEvent::seq), as blktrace
 /// numbers events per CPU. The protocol is in the module's source docs; it is lock-free
-/// for writers and the reader alike.
+/// for writers, and a reader never waits for one.
 ///
 /// ```
 /// use blkmq_core::{Action, RingTracer, TraceEvent, Tracer};
@@ -87,10 +96,12 @@ impl RingTracer {
     /// ```
     pub fn new(nr_cpus: usize, capacity: usize) -> Self {
         let capacity = capacity.max(2).next_power_of_two();
+        let prefetchw = has_prefetchw();
         let rings = (0..nr_cpus.max(1))
             .map(|_| Ring {
                 tail: CachePadded::new(AtomicUsize::new(0)),
                 head: CachePadded::new(AtomicUsize::new(0)),
+                reading: CachePadded::new(AtomicBool::new(false)),
                 dropped: CachePadded::new(AtomicU64::new(0)),
                 slots: (0..capacity)
                     .map(|i| Slot {
@@ -99,6 +110,7 @@ impl RingTracer {
                     })
                     .collect(),
                 mask: capacity - 1,
+                prefetchw,
             })
             .collect();
         Self { rings }
@@ -207,85 +219,184 @@ impl Ring {
     /// Publishes `event` at the next position, or counts it dropped when the ring is full.
     #[inline]
     fn push(&self, event: &TraceEvent) {
+        let capacity = self.mask + 1;
         let mut pos = self.tail.load(Ordering::Relaxed);
         loop {
-            let slot = &self.slots[pos & self.mask];
-            // Pairs with the reader's Release store freeing the slot.
-            let seq = slot.seq.load(Ordering::Acquire);
-            let lag = seq.wrapping_sub(pos) as isize;
-            if lag == 0 {
-                match self.tail.compare_exchange(
-                    pos,
-                    pos.wrapping_add(1),
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                ) {
-                    Ok(_) => {
-                        let mut event = *event;
-                        event.seq = pos as u64;
-                        // SAFETY: the tail moved from `pos` to `pos + 1` here, so this
-                        // writer alone owns the slot for `pos`; the reader reads it only
-                        // after the Release store below, and its last read of the slot
-                        // (position `pos - capacity`) happened before its Release store
-                        // of `pos`, which the Acquire load above saw.
-                        unsafe { slot.event.write(event) };
-                        // Publishes the event: pairs with the reader's Acquire load.
-                        slot.seq.store(pos.wrapping_add(1), Ordering::Release);
-                        return;
-                    }
-                    Err(now) => pos = now,
-                }
-            } else if lag < 0 {
-                // The slot still holds an unread event: full.
+            // Pairs with the reader's Release store freeing the slots before it.
+            let head = self.head.load(Ordering::Acquire);
+            // A tail read before the head may be behind it (events taken since): negative,
+            // and the compare-and-swap below fails.
+            if pos.wrapping_sub(head) as isize >= capacity as isize {
+                // The slot of `pos` still holds an unread event: full.
                 self.dropped.fetch_add(1, Ordering::Relaxed);
                 return;
-            } else {
-                pos = self.tail.load(Ordering::Relaxed);
+            }
+            match self.tail.compare_exchange_weak(
+                pos,
+                pos.wrapping_add(1),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break,
+                Err(now) => pos = now,
             }
         }
+        let slot = &self.slots[pos & self.mask];
+        prefetch(
+            &self.slots[pos.wrapping_add(PREFETCH) & self.mask],
+            self.prefetchw,
+        );
+        // SAFETY: the tail moved from `pos` to `pos + 1` here, so this writer alone owns
+        // the slot for `pos`; the reader reads it only after the Release store below, and
+        // its last read of the slot (position `pos - capacity`) happened before its Release
+        // store of a head past it, which the Acquire load above saw.
+        unsafe { slot.event.write(Stored::from(event)) };
+        // Publishes the event: pairs with the reader's Acquire load.
+        slot.seq.store(pos.wrapping_add(1), Ordering::Release);
     }
 
     /// Takes the oldest published event.
     fn pop(&self) -> Option<TraceEvent> {
-        let mut pos = self.head.load(Ordering::Relaxed);
-        loop {
-            let slot = &self.slots[pos & self.mask];
-            // Pairs with the writer's Release store publishing the event.
-            let seq = slot.seq.load(Ordering::Acquire);
-            let lag = seq.wrapping_sub(pos.wrapping_add(1)) as isize;
-            if lag == 0 {
-                match self.head.compare_exchange(
-                    pos,
-                    pos.wrapping_add(1),
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                ) {
-                    Ok(_) => {
-                        // SAFETY: the sequence said `pos + 1`: the writer of `pos` wrote the
-                        // event before its Release store, which the Acquire load saw; the
-                        // head moved from `pos` here, so no other reader takes it, and no
-                        // writer reuses the slot until the store below.
-                        let event = unsafe { slot.event.read() };
-                        // Frees the slot for position `pos + capacity`.
-                        slot.seq
-                            .store(pos.wrapping_add(self.mask + 1), Ordering::Release);
-                        return Some(event);
-                    }
-                    Err(now) => pos = now,
-                }
-            } else if lag < 0 {
-                return None;
-            } else {
-                pos = self.head.load(Ordering::Relaxed);
-            }
+        // Readers take turns: the head is theirs while the flag is set.
+        while self
+            .reading
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            crate::sync::spin_wait();
+        }
+        let pos = self.head.load(Ordering::Relaxed);
+        let slot = &self.slots[pos & self.mask];
+        // Pairs with the writer's Release store publishing the event.
+        let event = if slot.seq.load(Ordering::Acquire) == pos.wrapping_add(1) {
+            // SAFETY: the sequence said `pos + 1`: the writer of `pos` wrote the event
+            // before its Release store, which the Acquire load saw; the flag keeps other
+            // readers off the head, and no writer reuses the slot until the head passes it
+            // (the store below).
+            let stored = unsafe { slot.event.read() };
+            // Frees the slot for position `pos + capacity`.
+            self.head.store(pos.wrapping_add(1), Ordering::Release);
+            Some(stored.event(pos as u64))
+        } else {
+            None
+        };
+        self.reading.store(false, Ordering::Release);
+        event
+    }
+}
+
+/// How many slots ahead of its own a writer asks for: the line of a slot a later event
+/// writes is in the cache by then, so the event's stores never wait on memory, nor do the
+/// locked instructions after them (which wait for every store before them).
+const PREFETCH: usize = 8;
+
+/// Asks for `slot`'s line, to be written: `PREFETCHW` where the processor has it (the line
+/// comes exclusive, so the stores to it need not ask again), else a plain prefetch.
+#[inline(always)]
+fn prefetch(slot: &Slot, for_write: bool) {
+    let line: *const Slot = slot;
+    #[cfg(all(target_arch = "x86_64", not(loom)))]
+    if for_write {
+        // SAFETY: a prefetch is a hint: it reads nothing the program sees, writes nothing
+        // and cannot fault; the processor said it has the instruction (`has_prefetchw`).
+        unsafe {
+            core::arch::asm!(
+                "prefetchw [{line}]",
+                line = in(reg) line,
+                options(nostack, preserves_flags, readonly)
+            );
+        }
+    } else {
+        // SAFETY: as above; SSE, which `PREFETCHT0` is part of, is part of x86-64.
+        unsafe {
+            core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(line.cast())
+        };
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(loom))))]
+    let _ = (line, for_write);
+}
+
+/// Whether the processor has `PREFETCHW` (CPUID leaf `0x8000_0001`, ECX bit 8).
+fn has_prefetchw() -> bool {
+    #[cfg(all(target_arch = "x86_64", not(loom)))]
+    {
+        // SAFETY: `cpuid` only reads; leaf 0x8000_0000, defined on every x86-64 processor,
+        // says how far the extended leaves go. (A safe function from Rust 1.87 on.)
+        #[allow(unused_unsafe)]
+        let top = unsafe { core::arch::x86_64::__cpuid(0x8000_0000) }.eax;
+        // SAFETY: as above, for a leaf the processor said it has.
+        #[allow(unused_unsafe)]
+        let ecx = unsafe { core::arch::x86_64::__cpuid(0x8000_0001) }.ecx;
+        top >= 0x8000_0001 && ecx & (1 << 8) != 0
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(loom))))]
+    false
+}
+
+/// An event as a slot keeps it: without its number, the slot's position.
+#[derive(Clone, Copy)]
+struct Stored {
+    time_ns: u64,
+    sector: u64,
+    sectors: u32,
+    queue: u32,
+    hctx: u32,
+    tag: u32,
+    cpu: u32,
+    issuer: crate::bio::IssuerId,
+    flags: crate::bio::BioFlags,
+    op: crate::bio::Op,
+    action: super::Action,
+    status: crate::bio::Status,
+}
+
+impl Stored {
+    #[inline(always)]
+    fn from(e: &TraceEvent) -> Self {
+        Self {
+            time_ns: e.time_ns,
+            sector: e.sector,
+            sectors: e.sectors,
+            queue: e.queue,
+            hctx: e.hctx,
+            tag: e.tag,
+            cpu: e.cpu,
+            issuer: e.issuer,
+            flags: e.flags,
+            op: e.op,
+            action: e.action,
+            status: e.status,
+        }
+    }
+
+    fn event(self, seq: u64) -> TraceEvent {
+        TraceEvent {
+            time_ns: self.time_ns,
+            seq,
+            sector: self.sector,
+            sectors: self.sectors,
+            queue: self.queue,
+            hctx: self.hctx,
+            tag: self.tag,
+            cpu: self.cpu,
+            issuer: self.issuer,
+            op: self.op,
+            flags: self.flags,
+            action: self.action,
+            status: self.status,
         }
     }
 }
 
+const _: () = assert!(
+    core::mem::size_of::<Slot>() == 64,
+    "a slot is one cache line"
+);
+
 /// A slot's event, written by one writer and read by one reader at a time (the ring's
 /// protocol says which).
 #[cfg(not(loom))]
-struct EventCell(core::cell::UnsafeCell<MaybeUninit<TraceEvent>>);
+struct EventCell(core::cell::UnsafeCell<MaybeUninit<Stored>>);
 
 #[cfg(not(loom))]
 impl EventCell {
@@ -295,21 +406,21 @@ impl EventCell {
 
     /// # Safety
     /// The caller owns the slot: nobody reads or writes it meanwhile.
-    unsafe fn write(&self, event: TraceEvent) {
+    unsafe fn write(&self, event: Stored) {
         // SAFETY: the caller owns the slot.
         unsafe { (*self.0.get()).write(event) };
     }
 
     /// # Safety
     /// The caller owns the slot, and an event was written to it.
-    unsafe fn read(&self) -> TraceEvent {
-        // SAFETY: the caller owns the slot, which holds an event (`TraceEvent` is `Copy`).
+    unsafe fn read(&self) -> Stored {
+        // SAFETY: the caller owns the slot, which holds an event (`Stored` is `Copy`).
         unsafe { (*self.0.get()).assume_init_read() }
     }
 }
 
 #[cfg(loom)]
-struct EventCell(loom::cell::UnsafeCell<MaybeUninit<TraceEvent>>);
+struct EventCell(loom::cell::UnsafeCell<MaybeUninit<Stored>>);
 
 #[cfg(loom)]
 impl EventCell {
@@ -319,21 +430,21 @@ impl EventCell {
 
     /// # Safety
     /// As without loom, which checks it.
-    unsafe fn write(&self, event: TraceEvent) {
+    unsafe fn write(&self, event: Stored) {
         // SAFETY: the caller owns the slot; loom checks that nobody else touches it.
         self.0.with_mut(|p| unsafe { (*p).write(event) });
     }
 
     /// # Safety
     /// As without loom, which checks it.
-    unsafe fn read(&self) -> TraceEvent {
+    unsafe fn read(&self) -> Stored {
         // SAFETY: the caller owns the slot, which holds an event; loom checks the first.
         self.0.with(|p| unsafe { (*p).assume_init_read() })
     }
 }
 
 // SAFETY: a slot's event is reached only by the one writer or the one reader the ring's
-// protocol hands it to (see `Ring::push` and `Ring::pop`); `TraceEvent` is plain data.
+// protocol hands it to (see `Ring::push` and `Ring::pop`); `Stored` is plain data.
 unsafe impl Sync for Slot {}
 // SAFETY: as above; the events are plain data.
 unsafe impl Send for Slot {}
