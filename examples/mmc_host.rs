@@ -63,8 +63,13 @@
 //! `--svg DIR` writes pictures of the same figures, each written on it as text:
 //! `dd.svg` and `find.svg` (a bar per set-up, the seed's BEFORE and AFTER as dashed
 //! lines), `iozone.svg` (the grids side by side, each cell shaded by its ratio to the
-//! seed's BEFORE) and `startup.svg` (the start-up's time idle and loaded per scheduler, on a
-//! log scale).
+//! seed's BEFORE), `startup.svg` (the start-up's time idle and loaded per scheduler, on a
+//! log scale) and `latency.svg` (per set-up the queue ran, the model's BEFORE and each
+//! simulated column, a histogram of the iozone run's requests per log2 bucket of their
+//! time from allocation to completion, reads and writes, from the queue's I/O accounting,
+//! `RequestQueue::latency`; each bar carries its count and each panel its completions and
+//! the buckets of their median and 99th percentile). iozone's run is the one pictured: it
+//! has both reads and writes, of every record size from one block to many requests.
 //!
 //! # What the figures say
 //!

@@ -17,10 +17,11 @@ mod host;
 
 use std::sync::OnceLock;
 
+use blkmq_core::OpGroup;
 use blkmq_sim::{Dd, IozoneTest};
 use host::compare::{calibration, directions};
 use host::driver::HOST_MAX_SECTORS;
-use host::figures::{Figure, Figures, SEED_AFTER, SEED_BEFORE};
+use host::figures::{Counters, Figure, Figures, SEED_AFTER, SEED_BEFORE};
 use host::pictures::pictures;
 use host::scenario::{COLUMNS, Column, Expect, Results, host_sim};
 use host::summary::checks as checks_text;
@@ -869,7 +870,16 @@ fn the_pictures_are_well_formed_and_carry_the_figures_they_draw() {
     let f = parse_full(&report(results).expect("the whole report"));
     let pictures = pictures(results).expect("the pictures");
     let names: Vec<&str> = pictures.iter().map(|(n, _)| *n).collect();
-    assert_eq!(names, ["dd.svg", "find.svg", "iozone.svg", "startup.svg"]);
+    assert_eq!(
+        names,
+        [
+            "dd.svg",
+            "find.svg",
+            "iozone.svg",
+            "startup.svg",
+            "latency.svg"
+        ]
+    );
     let setups: Vec<String> = s.dd_find.iter().map(|r| r[0].clone()).collect();
     for (name, svg) in &pictures {
         let doc = xml::parse(svg).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -914,6 +924,7 @@ fn the_pictures_are_well_formed_and_carry_the_figures_they_draw() {
                     .collect();
                 assert_eq!(doc.texts("reclen"), reclens);
             }
+            "latency.svg" => check_latency_picture(&doc, results),
             _ => {
                 // Each scheduler's start-up time idle and loaded, and its slowdown.
                 let mut figures = Vec::new();
@@ -937,6 +948,66 @@ fn the_pictures_are_well_formed_and_carry_the_figures_they_draw() {
         assert_eq!(&std::fs::read_to_string(path).expect("the file"), svg);
     }
     std::fs::remove_dir_all(&dir).expect("the directory removed");
+}
+
+/// `latency.svg`: a panel per set-up whose queue counted (the model's BEFORE, then each
+/// column), each bar's count written on it, the counts of each operation adding up to the
+/// requests the queue's accounting completed over the iozone run, and those totals written
+/// on the panel.
+fn check_latency_picture(doc: &xml::Element, results: &Results) {
+    let counted: Vec<(&str, &Counters)> = std::iter::once(("model BEFORE", &results.legacy))
+        .chain(results.columns.iter().map(|(c, f)| (c.name, f)))
+        .map(|(name, f)| (name, f.counters.as_ref().expect("the queue counted")))
+        .collect();
+    let names: Vec<String> = counted.iter().map(|(n, _)| n.to_string()).collect();
+    assert_eq!(doc.texts("panel"), names);
+    // Each panel's bars, summed per operation, in document order.
+    let mut texts = Vec::new();
+    doc.descendants("text", &mut texts);
+    let mut sums: Vec<[u64; 4]> = Vec::new();
+    for text in texts {
+        match text.attr("class") {
+            Some("panel") => sums.push([0; 4]),
+            Some("value") => {
+                let op = match text.attr("data-op") {
+                    Some("reads") => OpGroup::Read,
+                    Some("writes") => OpGroup::Write,
+                    Some("discards") => OpGroup::Discard,
+                    Some("flushes") => OpGroup::Flush,
+                    other => panic!("a bar of {other:?}"),
+                };
+                let n: u64 = text.text().parse().expect("a count");
+                assert!(n > 0, "a bar of nothing drawn");
+                sums.last_mut().expect("a bar in a panel")[op as usize] += n;
+            }
+            _ => {}
+        }
+    }
+    let lines = doc.texts("count");
+    assert_eq!((sums.len(), lines.len()), (counted.len(), counted.len()));
+    for (((name, counters), sums), line) in counted.iter().zip(&sums).zip(&lines) {
+        for group in OpGroup::ALL {
+            let ios = counters.stats.op(group).ios;
+            assert_eq!(sums[group as usize], ios, "{name}: {group:?}");
+            assert_eq!(counters.latency.count(group), ios, "{name}: {group:?}");
+        }
+        let (reads, writes) = (
+            counters.stats.op(OpGroup::Read).ios,
+            counters.stats.op(OpGroup::Write).ios,
+        );
+        assert!(
+            reads > 0 && writes > 0,
+            "{name}: {reads} reads, {writes} writes"
+        );
+        assert!(
+            line.starts_with(&format!("{reads} reads (p50 under ")),
+            "{line}"
+        );
+        assert!(
+            line.contains(&format!("; {writes} writes (p50 under ")),
+            "{line}"
+        );
+    }
 }
 
 #[test]

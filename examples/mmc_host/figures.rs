@@ -1,7 +1,8 @@
-//! The figures of one set-up ([`Figures`]: `dd`, `find`, iozone, and what the driver
-//! did), read from the seed's text or measured, and the names, units and limits of each
-//! single [`Figure`].
+//! The figures of one set-up ([`Figures`]: `dd`, `find`, iozone, what the driver did and
+//! what the queue counted), read from the seed's text or measured, and the names, units
+//! and limits of each single [`Figure`].
 
+use blkmq_core::{IoStats, Latency};
 use blkmq_sim::{DdResult, IozoneGrid, IozoneTest, SimStats, real_line};
 
 use super::driver::HostStats;
@@ -19,6 +20,19 @@ pub(crate) struct Figures {
     pub(crate) grid: IozoneGrid,
     /// What the host driver and the queue did over the three runs (simulated columns only).
     pub(crate) activity: Option<Activity>,
+    /// The queue's I/O accounting over the iozone run (simulated set-ups only).
+    pub(crate) counters: Option<Counters>,
+}
+
+/// What the queue's I/O accounting counted over one run: its `/proc/diskstats` fields
+/// ([`RequestQueue::stats`](blkmq_core::RequestQueue::stats)) and its latency histograms
+/// ([`RequestQueue::latency`](blkmq_core::RequestQueue::latency)).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Counters {
+    /// Requests, merges, sectors and times per operation.
+    pub(crate) stats: IoStats,
+    /// Completions per log2 bucket of their time from allocation to completion.
+    pub(crate) latency: Latency,
 }
 
 /// What the host driver and the queue did, summed over a column's runs.
@@ -89,6 +103,7 @@ impl Figures {
             find_ns,
             grid: IozoneGrid::parse(text)?,
             activity: None,
+            counters: None,
         })
     }
 

@@ -1,10 +1,11 @@
 //! The pictures `--svg DIR` writes: `dd` and `find` as bars against the seed's BEFORE and
-//! AFTER, the iozone grids side by side, the responsiveness bars. Each writes its figures
-//! as text, as the [summary](super::summary) prints them.
+//! AFTER, the iozone grids side by side, the responsiveness bars, and the latency
+//! histograms the queue's I/O accounting kept over each set-up's iozone run. Each writes
+//! its figures as text, as the [summary](super::summary) prints them.
 
 use std::path::{Path, PathBuf};
 
-use blkmq_sim::{Bar, BarChart, iozone_grids_svg};
+use blkmq_sim::{Bar, BarChart, iozone_grids_svg, latency_histograms_svg};
 
 use super::Fallible;
 use super::figures::{Figure, Figures, SEED_AFTER, SEED_BEFORE};
@@ -98,11 +99,25 @@ pub(crate) fn pictures(results: &Results) -> Fallible<Vec<(&'static str, String)
             ],
         );
     }
+    // The set-ups whose queue counted (the model's BEFORE and the simulated columns).
+    let counted: Vec<(&str, &blkmq_core::Latency)> = setups
+        .iter()
+        .filter_map(|(name, f)| f.counters.as_ref().map(|c| (*name, &c.latency)))
+        .collect();
+    let latency = latency_histograms_svg(
+        &format!(
+            "Request latency over iozone -az -i0 -i1 -i2 -s 20m -I, records of {} KiB to {} MiB",
+            results.scale.min_record >> 10,
+            results.scale.max_record >> 20
+        ),
+        &counted,
+    );
     Ok(vec![
         ("dd.svg", dd),
         ("find.svg", find),
         ("iozone.svg", iozone),
         ("startup.svg", startup.to_svg()),
+        ("latency.svg", latency),
     ])
 }
 

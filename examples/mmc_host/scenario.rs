@@ -13,7 +13,7 @@ use blkmq_sim::{
 
 use super::Fallible;
 use super::driver::{HOST_MAX_SEGMENTS, HostStats, HostStyle, MmcHost};
-use super::figures::{Activity, Figures};
+use super::figures::{Activity, Counters, Figures};
 use super::startup::{Startup, run_startup, startup_columns};
 
 /// Requests a scheduler holds: Linux's MMC queue announces a depth of 64 to blk-mq, which
@@ -165,7 +165,8 @@ impl Scale {
 
 /// Runs `dd`, `find` and iozone at `scale`, each on a fresh simulation from `make`, the bios
 /// of `dd` and `find` carrying `flags` as well as their own; `host` reads the driver's counts
-/// after each run, where it has them.
+/// after each run, where it has them. The queue's I/O accounting is read after iozone's
+/// run, the one of the three with reads and writes of every size.
 fn measure<D: SimDriver>(
     scale: Scale,
     flags: BioFlags,
@@ -210,12 +211,17 @@ fn measure<D: SimDriver>(
     let iozone = sim.add_workload(queue, Iozone::new(sweep));
     run(&mut sim)?;
     let grid = sim.workload(iozone).grid().clone();
+    let counters = sim.queue(queue).stats().map(|stats| {
+        let latency = sim.queue(queue).latency().unwrap_or_default();
+        Counters { stats, latency }
+    });
     Ok(Figures {
         dd,
         dd_real_ns: dd.elapsed_ns,
         find_ns,
         grid,
         activity: seen.then_some(activity),
+        counters,
     })
 }
 
@@ -224,7 +230,9 @@ pub(crate) fn host_sim(column: &Column, setup: Setup) -> Fallible<(Sim<MmcHost>,
     let platform = SimPlatform::new(1);
     let host = MmcHost::new(platform.clone(), MmcCard::new(setup.card)?, column.style)
         .thread_wake(setup.thread_wake_ns);
-    let mut config = QueueConfig::new(host.limits());
+    // Accounting on, for the latency pictures; it reads the virtual clock and changes no
+    // figure.
+    let mut config = QueueConfig::new(host.limits()).accounting(true);
     if let Some(elevator) = (column.elevator)() {
         config = config.elevator(elevator).nr_requests(SCHED_REQUESTS);
     }

@@ -24,8 +24,8 @@
 //! * Reports: [`SimReport`] (per workload, per issuer with [`LatencyStats`]),
 //!   [`DdResult`] and [`real_line`] in busybox's formats, [`IozoneGrid`] in iozone's (and
 //!   as SVG), [`side_by_side`] for comparing schedulers.
-//! * Pictures: [`BarChart`] and [`iozone_grids_svg`], SVG documents that write every
-//!   figure they draw as text.
+//! * Pictures: [`BarChart`], [`iozone_grids_svg`] and [`latency_histograms_svg`], SVG
+//!   documents that write every figure they draw as text.
 //!
 //! * Data (opt-in): a [`ModelDriver`] that [keeps data](ModelDriver::keep_data) stores
 //!   what writes carry and fills reads, and a run that [checks data](Sim::check_data)
@@ -83,7 +83,7 @@ pub use report::{
 pub use rng::SimRng;
 pub use seed::{SEED_000_AFTER, SEED_000_BEFORE};
 pub use sim::{QueueId, Sim, SimConfig, SimError, WorkloadId};
-pub use svg::{Bar, BarChart, iozone_grids_svg};
+pub use svg::{Bar, BarChart, iozone_grids_svg, latency_histograms_svg};
 pub use workload::{
     Cx, Dd, DdResult, Done, Find, FindParams, FioJob, IOZONE_TESTS, Io, Iozone, IozoneGrid,
     IozoneParams, IozoneTest, Pattern, Replay, Trace, TraceError, TraceRecord, Workload,

@@ -263,6 +263,14 @@ impl IssuerReport {
 
 /// What a run did.
 ///
+/// Requests, merges and sectors are not counted here again: [`queues`](Self::queues) is
+/// each queue's own I/O accounting, and the `queue N:` lines `Display` prints come from it.
+/// What the simulation counts itself is what the queue cannot see: bios ([`SimStats`]: one
+/// bio becomes part of a request or a request of its own), what each workload and issuer
+/// moved, and the event loop's interrupts, kicks and timers. Over a run without splits the
+/// two agree: each bio submitted is a request completed or a merge, and the bytes the
+/// workloads moved are the sectors the queues completed (`tests/accounting.rs`).
+///
 /// ```
 /// use blkmq_sim::{Dd, Ideal, IdealParams, Sim};
 /// let (mut sim, queue) = Sim::for_model(Ideal::new(IdealParams::default()).unwrap(), 1, None).unwrap();

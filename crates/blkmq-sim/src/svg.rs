@@ -1,7 +1,8 @@
 //! Pictures of a run as self-contained SVG documents, for a person to look at rather than
 //! read: a [`BarChart`] (a figure per set-up, against reference lines such as a seed's
-//! BEFORE and AFTER) and [`iozone_grids_svg`] (iozone grids side by side as tables, each
-//! cell shaded by its ratio to a reference grid).
+//! BEFORE and AFTER), [`iozone_grids_svg`] (iozone grids side by side as tables, each
+//! cell shaded by its ratio to a reference grid) and [`latency_histograms_svg`] (a queue's
+//! latency histograms, one panel per set-up).
 //!
 //! Every figure drawn is also written as text in its picture (`<text class="value">`),
 //! with the precision the caller gives it, so a picture carries the numbers of the report
@@ -9,6 +10,8 @@
 //! `<title>` as well.
 
 use std::fmt::Write as _;
+
+use blkmq_core::{Latency, OpGroup};
 
 use crate::{IOZONE_TESTS, IozoneGrid};
 
@@ -487,6 +490,195 @@ pub fn iozone_grids_svg(
                     y + 14.0
                 );
             }
+        }
+    }
+    svg.push_str("</svg>\n");
+    svg
+}
+
+/// The name of an operation group's series in [`latency_histograms_svg`].
+fn group_name(group: OpGroup) -> &'static str {
+    match group {
+        OpGroup::Read => "reads",
+        OpGroup::Write => "writes",
+        OpGroup::Discard => "discards",
+        OpGroup::Flush => "flushes",
+    }
+}
+
+/// A time in nanoseconds, short: `512 ns`, `4.1 us`, `131 us`, `16.8 ms`, `1.07 s`.
+fn short_time(ns: u64) -> String {
+    let ns = ns as f64;
+    let (value, unit) = if ns < 1e3 {
+        (ns, "ns")
+    } else if ns < 1e6 {
+        (ns / 1e3, "us")
+    } else if ns < 1e9 {
+        (ns / 1e6, "ms")
+    } else {
+        (ns / 1e9, "s")
+    };
+    if value < 10.0 && unit != "ns" {
+        format!("{value:.1} {unit}")
+    } else if unit == "s" && value < 100.0 {
+        format!("{value:.2} {unit}")
+    } else {
+        format!("{value:.0} {unit}")
+    }
+}
+
+/// A queue's latency histograms ([`Latency`], from
+/// [`RequestQueue::latency`](blkmq_core::RequestQueue::latency)), one panel per set-up, one
+/// under another: a bar per log2 bucket and operation group (reads and writes always,
+/// discards and flushes where any panel has some), every panel over the same buckets, from
+/// the lowest to the highest any panel counted. Each bar's height is its share of its
+/// panel's highest bar; its count is written above it (`<text class="value">`, only for
+/// bars above zero, panel by panel, bucket by bucket, groups in [`OpGroup::ALL`]'s order),
+/// with its group in the `data-op` attribute (`reads`, `writes`, ...). Under each panel's
+/// name (`class="panel"`) a line (`class="count"`) gives each group's completions and the
+/// buckets that hold its median and 99th percentile; each bucket's lower bound is written
+/// under it (`class="bucket"`).
+///
+/// ```
+/// use blkmq_core::{Latency, OpGroup};
+/// use blkmq_sim::latency_histograms_svg;
+/// let mut none = Latency::default();
+/// none.buckets[OpGroup::Read as usize][17] = 40; // reads of 131 to 262 us
+/// none.buckets[OpGroup::Write as usize][20] = 2; // writes of about 1 ms
+/// let svg = latency_histograms_svg("iozone", &[("none", &none)]);
+/// assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+/// assert_eq!(svg.matches("class=\"value\"").count(), 2);
+/// assert!(svg.contains("data-op=\"reads\"") && svg.contains(">40</text>"));
+/// assert!(svg.contains(">131 us</text>") && svg.contains(">none</text>"));
+/// ```
+pub fn latency_histograms_svg(title: &str, panels: &[(&str, &Latency)]) -> String {
+    const BAR: f64 = 30.0;
+    const BUCKET_GAP: f64 = 14.0;
+    const LEFT: f64 = 50.0;
+    const RIGHT: f64 = 30.0;
+    const TOP: f64 = 60.0;
+    // A panel: its name and count line, its bars, the bucket labels under them.
+    const HEAD_H: f64 = 44.0;
+    const PLOT_H: f64 = 150.0;
+    const FOOT_H: f64 = 40.0;
+    let groups: Vec<OpGroup> = OpGroup::ALL
+        .into_iter()
+        .filter(|g| {
+            matches!(g, OpGroup::Read | OpGroup::Write)
+                || panels.iter().any(|(_, l)| l.count(*g) > 0)
+        })
+        .collect();
+    let counted = |i: usize| {
+        panels
+            .iter()
+            .any(|(_, l)| l.buckets.iter().any(|group| group[i] > 0))
+    };
+    let buckets: Vec<usize> = match (
+        (0..blkmq_core::LATENCY_BUCKETS).find(|i| counted(*i)),
+        (0..blkmq_core::LATENCY_BUCKETS).rev().find(|i| counted(*i)),
+    ) {
+        (Some(lo), Some(hi)) => (lo..=hi).collect(),
+        _ => Vec::new(),
+    };
+    let slot_w = groups.len() as f64 * BAR + BUCKET_GAP;
+    let plot_w = (buckets.len() as f64 * slot_w)
+        .max(400.0)
+        .max(title.chars().count() as f64 * 8.0 + 40.0 - LEFT - RIGHT);
+    let panel_h = HEAD_H + PLOT_H + FOOT_H;
+    let width = LEFT + plot_w + RIGHT;
+    let height = TOP + panels.len().max(1) as f64 * panel_h + 30.0;
+    let mut svg = open(width, height, title);
+    let _ = writeln!(
+        svg,
+        "<text class=\"axis\" x=\"18\" y=\"{:.1}\" text-anchor=\"middle\" \
+         transform=\"rotate(-90 18 {:.1})\">completions (bar: share of the panel's highest)</text>\n\
+         <text class=\"axis\" x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">time from \
+         allocation to completion (log2 buckets, each from the time under it)</text>",
+        TOP + panels.len() as f64 * panel_h / 2.0,
+        TOP + panels.len() as f64 * panel_h / 2.0,
+        LEFT + plot_w / 2.0,
+        height - 12.0
+    );
+    let mut x = LEFT;
+    for (s, group) in groups.iter().enumerate() {
+        let name = group_name(*group);
+        let _ = writeln!(
+            svg,
+            "<rect x=\"{x:.1}\" y=\"32\" width=\"12\" height=\"12\" fill=\"{}\"/>\
+             <text class=\"legend\" x=\"{:.1}\" y=\"42\">{name}</text>",
+            COLOURS[s % COLOURS.len()],
+            x + 16.0
+        );
+        x += 16.0 + 7.0 * name.len() as f64 + 18.0;
+    }
+    for (p, (name, latency)) in panels.iter().enumerate() {
+        let top = TOP + p as f64 * panel_h;
+        let foot = top + HEAD_H + PLOT_H;
+        let summary: Vec<String> = groups
+            .iter()
+            .map(|g| {
+                let n = latency.count(*g);
+                let mut text = format!("{n} {}", group_name(*g));
+                if let (Some(p50), Some(p99)) = (
+                    latency.percentile_ns(*g, 50.0),
+                    latency.percentile_ns(*g, 99.0),
+                ) {
+                    let _ = write!(
+                        text,
+                        " (p50 under {}, p99 under {})",
+                        short_time(p50),
+                        short_time(p99)
+                    );
+                }
+                text
+            })
+            .collect();
+        let _ = writeln!(
+            svg,
+            "<text class=\"panel\" x=\"{LEFT}\" y=\"{:.1}\" font-size=\"14\">{}</text>\n\
+             <text class=\"count\" x=\"{LEFT}\" y=\"{:.1}\">{}</text>\n\
+             <line x1=\"{LEFT}\" y1=\"{foot:.1}\" x2=\"{:.1}\" y2=\"{foot:.1}\" stroke=\"black\"/>",
+            top + 16.0,
+            escape(name),
+            top + 32.0,
+            summary.join("; "),
+            LEFT + plot_w
+        );
+        let highest = buckets
+            .iter()
+            .flat_map(|i| groups.iter().map(move |g| latency.buckets[*g as usize][*i]))
+            .max()
+            .unwrap_or(0)
+            .max(1);
+        for (b, i) in buckets.iter().enumerate() {
+            let slot = LEFT + b as f64 * slot_w + BUCKET_GAP / 2.0;
+            for (s, group) in groups.iter().enumerate() {
+                let n = latency.buckets[*group as usize][*i];
+                if n == 0 {
+                    continue;
+                }
+                let h = n as f64 / highest as f64 * (PLOT_H - 16.0);
+                let bx = slot + s as f64 * BAR;
+                let _ = writeln!(
+                    svg,
+                    "<rect class=\"bar\" x=\"{bx:.1}\" y=\"{:.1}\" width=\"{BAR}\" \
+                     height=\"{h:.1}\" fill=\"{}\"/>\n<text class=\"value\" data-op=\"{}\" \
+                     x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" font-size=\"10\">{n}</text>",
+                    foot - h,
+                    COLOURS[s % COLOURS.len()],
+                    group_name(*group),
+                    bx + BAR / 2.0,
+                    foot - h - 3.0
+                );
+            }
+            let _ = writeln!(
+                svg,
+                "<text class=\"bucket\" x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" \
+                 font-size=\"10\">{}</text>",
+                slot + groups.len() as f64 * BAR / 2.0,
+                foot + 14.0,
+                short_time(if *i == 0 { 0 } else { 1u64 << i })
+            );
         }
     }
     svg.push_str("</svg>\n");
