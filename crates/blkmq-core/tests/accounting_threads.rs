@@ -162,28 +162,24 @@ fn a_cpu_held_alone_passes_to_the_next_thread_when_its_holder_ends() {
     // finds a slot another thread holds shared.
     platform.pin_current_thread(0);
     assert_eq!(platform.exclusive_cpu(), Some(0));
-    let moving = platform.clone();
-    let moves = thread::spawn(move || {
-        moving.pin_current_thread(1);
-        let on_1 = moving.exclusive_cpu();
-        moving.pin_current_thread(0);
-        let on_0 = moving.exclusive_cpu();
-        moving.pin_current_thread(1);
-        (on_1, on_0, moving.exclusive_cpu())
-    });
+    // A thread of its own pinned to CPU 1, then 0, then 1 again: what it holds at each.
+    let moves = |platform: &StdPlatform| {
+        let moving = platform.clone();
+        thread::spawn(move || {
+            moving.pin_current_thread(1);
+            let on_1 = moving.exclusive_cpu();
+            moving.pin_current_thread(0);
+            let on_0 = moving.exclusive_cpu();
+            moving.pin_current_thread(1);
+            (on_1, on_0, moving.exclusive_cpu())
+        })
+        .join()
+        .unwrap()
+    };
     // CPU 1 is this thread's already (from above): the other thread never holds it.
-    assert_eq!(moves.join().unwrap(), (None, None, None));
+    assert_eq!(moves(&platform), (None, None, None));
     let free = StdPlatform::with_cpus(CPUS);
-    let moving = free.clone();
-    let moves = thread::spawn(move || {
-        moving.pin_current_thread(1);
-        let on_1 = moving.exclusive_cpu();
-        moving.pin_current_thread(0);
-        let on_0 = moving.exclusive_cpu();
-        moving.pin_current_thread(1);
-        (on_1, on_0, moving.exclusive_cpu())
-    });
-    assert_eq!(moves.join().unwrap(), (Some(1), Some(0), Some(1)));
+    assert_eq!(moves(&free), (Some(1), Some(0), Some(1)));
     // Both of its slots came back when it ended.
     assert_eq!(free.exclusive_cpu(), Some(0));
 }
