@@ -60,6 +60,23 @@
 //! request's start stamp (for timeouts) is the one accounting took at its allocation, a
 //! moment before.
 //!
+//! # One clock reading per submission
+//!
+//! A driver that ends a request inside `queue_rq` (a RAM disk, a null device) ends it
+//! inside the submission that read the clock for its start. Such a completion takes that
+//! reading as its end and reads no clock, when the submitter holds its CPU alone and the
+//! hardware queues do not block ([`TagSetFlags::BLOCKING`](crate::TagSetFlags::BLOCKING)
+//! unset): the submission marks its CPU's part with its reading, and a completion by the
+//! same holder (so on the same thread, inside that submission) before the mark is gone
+//! uses it. Every request ended meanwhile, its own or one queued before it, ends between
+//! the reading and the submission's return, a span of a `queue_rq` that may not sleep: well
+//! within the coarse clock's tick, which is what the times are good to anyway. The end is
+//! the later of the reading and the request's own start (one another CPU made after the
+//! reading may be ended by this submission), so never before the start, and the busy
+//! time's stamp only moves forward whatever it is given. The mark goes when the
+//! submission returns or unwinds; a completion elsewhere (another thread, a later poll, a
+//! blocking queue, a caller without its CPU alone) reads the clock as before.
+//!
 //! The busy time (`io_ticks`) follows Linux's `update_io_ticks`: a stamp of the last
 //! [tick](IO_TICK_NS) anything looked, read at each point above and written at most once per
 //! tick by whoever first sees the tick change; that one adds the ticks since the stamp when a
@@ -513,6 +530,18 @@ impl Part {
 /// One CPU's latency histograms, per group, in the same two halves as a [`Part`].
 type Histograms = [[[AtomicU64; LATENCY_BUCKETS]; 4]; 2];
 
+/// No submission in progress in an [`CpuPart::issuing`] slot.
+const NOT_ISSUING: u64 = u64::MAX;
+
+/// What one CPU keeps besides its parts.
+struct CpuPart {
+    /// The coarse reading of the submission the CPU id's sole holder is in, while it is in
+    /// one that may end requests at once ([`Issuing`]); [`NOT_ISSUING`] otherwise. Only
+    /// that holder reads or writes it.
+    issuing: AtomicU64,
+    latency: Histograms,
+}
+
 /// Adds `n` to `counter`: a plain load and store for the sole writer of its half (`own`),
 /// an atomic add otherwise.
 #[inline(always)]
@@ -534,6 +563,20 @@ fn add(counter: &AtomicU64, n: u64, own: bool) {
 pub(crate) struct Writer {
     cpu: usize,
     own: bool,
+}
+
+/// A submission in progress on a CPU its caller holds alone, from
+/// [`Accounting::issuing`]: requests it ends meanwhile take its coarse reading as their
+/// end. Dropped (at the submission's end, or by unwinding out of it), the mark is gone.
+pub(crate) struct Issuing<'a> {
+    slot: &'a AtomicU64,
+}
+
+impl Drop for Issuing<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        self.slot.store(NOT_ISSUING, Ordering::Relaxed);
+    }
 }
 
 /// The busy time: the stamp of the last tick looked at, and the ticks counted busy.
@@ -584,7 +627,7 @@ pub(crate) struct Accounting {
     /// `parts[cpu * nr_hctxs + hctx]`, each on lines of its own.
     parts: Box<[CachePadded<Part>]>,
     /// Per CPU.
-    latency: Box<[CachePadded<Histograms>]>,
+    cpus: Box<[CachePadded<CpuPart>]>,
     /// The queue's busy time.
     busy: CachePadded<Busy>,
     /// Each hardware queue's.
@@ -607,11 +650,14 @@ impl Accounting {
                     })
                 })
                 .collect(),
-            latency: (0..nr_cpus)
+            cpus: (0..nr_cpus)
                 .map(|_| {
-                    CachePadded::new(core::array::from_fn(|_| {
-                        core::array::from_fn(|_| core::array::from_fn(|_| AtomicU64::new(0)))
-                    }))
+                    CachePadded::new(CpuPart {
+                        issuing: AtomicU64::new(NOT_ISSUING),
+                        latency: core::array::from_fn(|_| {
+                            core::array::from_fn(|_| core::array::from_fn(|_| AtomicU64::new(0)))
+                        }),
+                    })
                 })
                 .collect(),
             busy: CachePadded::new(Busy::new(now_ns)),
@@ -689,6 +735,32 @@ impl Accounting {
         add(&self.counts(writer, hctx).started[dir], 1, writer.own);
     }
 
+    /// Marks `writer`'s CPU as in a submission that read the coarse clock at `now_ns` and
+    /// may end requests before it returns, until the [`Issuing`] returned is dropped;
+    /// `None` (nothing marked) unless `writer` holds its CPU alone.
+    #[inline]
+    pub(crate) fn issuing(&self, writer: Writer, now_ns: u64) -> Option<Issuing<'_>> {
+        if !writer.own || now_ns == NOT_ISSUING {
+            return None;
+        }
+        let slot = &self.cpus[writer.cpu].issuing;
+        slot.store(now_ns, Ordering::Relaxed);
+        Some(Issuing { slot })
+    }
+
+    /// The coarse reading of the submission `writer` is in (see
+    /// [`issuing`](Self::issuing)), if it holds its CPU alone and is in one.
+    #[inline]
+    pub(crate) fn issued_at(&self, writer: Writer) -> Option<u64> {
+        if !writer.own {
+            return None;
+        }
+        match self.cpus[writer.cpu].issuing.load(Ordering::Relaxed) {
+            NOT_ISSUING => None,
+            now => Some(now),
+        }
+    }
+
     /// A merge of `group` counted by `writer` on `hctx`; `merged_away` when a made request
     /// went with it.
     #[inline]
@@ -721,7 +793,7 @@ impl Accounting {
         add(&counts.ios[g], 1, own);
         add(&counts.sectors[g], sectors, own);
         add(&counts.nsecs[g], took, own);
-        let histogram = &self.latency[writer.cpu][usize::from(!own)][g];
+        let histogram = &self.cpus[writer.cpu].latency[usize::from(!own)][g];
         add(&histogram[Latency::bucket(took)], 1, own);
     }
 
@@ -760,7 +832,7 @@ impl Accounting {
     /// The latency histograms, summed over CPUs.
     pub(crate) fn latency(&self) -> Latency {
         let mut latency = Latency::default();
-        for half in self.latency.iter().flat_map(|cpu| cpu.iter()) {
+        for half in self.cpus.iter().flat_map(|cpu| cpu.latency.iter()) {
             for (sum, part) in latency.buckets.iter_mut().zip(half.iter()) {
                 for (s, n) in sum.iter_mut().zip(part) {
                     *s += n.load(Ordering::Relaxed);
@@ -864,6 +936,21 @@ mod tests {
         // In flight from 10 to 12: a reading brings it up to date.
         assert_eq!(acct.read(None, 12 * t).io_ticks_ns, 5 * t);
         assert_eq!(acct.read(Some(0), 12 * t).io_ticks_ns, 5 * t);
+    }
+
+    #[test]
+    fn a_submissions_mark_serves_its_holder_until_dropped() {
+        let acct = Accounting::new(2, 1, 0);
+        assert!(acct.issuing(shared(0), 5).is_none());
+        let mark = acct.issuing(own(1), 7).unwrap();
+        assert_eq!(acct.issued_at(own(1)), Some(7));
+        // Only the holder of the CPU marked reads it.
+        assert_eq!(
+            (acct.issued_at(own(0)), acct.issued_at(shared(1))),
+            (None, None)
+        );
+        drop(mark);
+        assert_eq!(acct.issued_at(own(1)), None);
     }
 
     #[test]

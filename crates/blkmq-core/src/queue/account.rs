@@ -9,7 +9,8 @@ use crate::bio::Bio;
 use crate::driver::Driver;
 use crate::platform::Platform;
 use crate::request::{Rq, RqIo};
-use crate::stats::{Accounting, IoStats, Latency, OpGroup, Writer};
+use crate::stats::{Accounting, IoStats, Issuing, Latency, OpGroup, Writer};
+use crate::tagset::TagSetFlags;
 
 use super::RequestQueue;
 
@@ -24,17 +25,35 @@ impl<D: Driver> RequestQueue<D> {
     /// A request was made for a bio on `cpu` for `hctx`: stamps it and counts it in flight.
     /// Returns the coarse clock's reading it stamped with, which serves as the request's
     /// start stamp too when it is issued at once; `None` when accounting is off.
+    ///
+    /// With it, where the caller holds its CPU alone and the hardware queues do not block,
+    /// the mark that the caller's submission is in progress with that reading: requests the
+    /// submission ends before the mark is dropped (a driver that ends them inside
+    /// `queue_rq`) take the reading as their end too, and read no clock (see `stats.rs`).
+    /// The caller keeps it to the end of the submission.
     #[inline]
-    pub(super) fn account_start(&self, rq: &mut Rq, cpu: usize, hctx: usize) -> Option<u64> {
-        let acct = self.acct.as_ref()?;
+    pub(super) fn account_start(
+        &self,
+        rq: &mut Rq,
+        cpu: usize,
+        hctx: usize,
+    ) -> (Option<u64>, Option<Issuing<'_>>) {
+        let Some(acct) = self.acct.as_ref() else {
+            return (None, None);
+        };
         let now = self.platform().coarse_now_ns();
+        let mut issuing = None;
         if let Ok(io) = self.tags().io_mut(rq) {
             let op = io.op();
             io.alloc_ns = now;
             io.acct = OpGroup::of(op) as u8 + 1;
-            acct.started(self.acct_writer(acct, || cpu), hctx, op, now);
+            let writer = self.acct_writer(acct, || cpu);
+            acct.started(writer, hctx, op, now);
+            if !self.host.set.flags().contains(TagSetFlags::BLOCKING) {
+                issuing = acct.issuing(writer, now);
+            }
         }
-        Some(now)
+        (Some(now), issuing)
     }
 
     /// `bio` merged into a request of `hctx`.
@@ -62,17 +81,24 @@ impl<D: Driver> RequestQueue<D> {
     }
 
     /// The request `io` of `hctx` completed (not a step of a flush sequence). Its end time is
-    /// `now`, read from the coarse clock here if the caller has no reading yet (a batch of
-    /// completions shares one: they end together, to the coarse clock's resolution).
+    /// `now`, if the caller has no reading yet the one of the submission the caller is in
+    /// (see [`account_start`](Self::account_start)), else read from the coarse clock here
+    /// (a batch of completions shares one: they end together, to the coarse clock's
+    /// resolution).
     #[inline]
     pub(super) fn account_done(&self, hctx: usize, io: &RqIo, now: &mut Option<u64>) {
         let Some(acct) = &self.acct else {
             return;
         };
         if let Some(group) = counted_group(io) {
-            let now = *now.get_or_insert_with(|| self.platform().coarse_now_ns());
             let writer = self.acct_writer(acct, || self.cpu());
-            acct.done(writer, hctx, group, io.sectors(), io.alloc_ns, now);
+            let now = *now.get_or_insert_with(|| {
+                acct.issued_at(writer)
+                    .unwrap_or_else(|| self.platform().coarse_now_ns())
+            });
+            // A submission's reading may predate a request another CPU made since.
+            let end = now.max(io.alloc_ns);
+            acct.done(writer, hctx, group, io.sectors(), io.alloc_ns, end);
         }
     }
 

@@ -211,7 +211,7 @@ impl<D: Driver> RequestQueue<D> {
         };
         // INVARIANT: the request holds the usage reference until it is freed.
         usage.hand_to_request();
-        self.account_start(&mut rq, cpu, hctx);
+        let _ = self.account_start(&mut rq, cpu, hctx);
         e.prepare_request(&cx, &mut rq);
         if let Some(plug) = plug {
             drop(guard);

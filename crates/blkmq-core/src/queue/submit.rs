@@ -329,7 +329,8 @@ impl<D: Driver> RequestQueue<D> {
             },
         };
         self.trace_get_rq(&rq, bio, cpu, hctx, stamp);
-        let now = self.account_start(&mut rq, cpu, hctx);
+        // Kept to the end: requests ended before it returns take the start's reading.
+        let (now, _issuing) = self.account_start(&mut rq, cpu, hctx);
         // INVARIANT: the request holds the usage reference until it is freed.
         usage.hand_to_request();
         match plug {
