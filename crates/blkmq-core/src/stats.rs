@@ -684,7 +684,12 @@ impl Accounting {
     /// The half `writer` counts in for `hctx`.
     #[inline(always)]
     fn counts(&self, writer: Writer, hctx: usize) -> &Counts {
-        let hctx = hctx.min(self.nr_hctxs - 1);
+        self.counts_of(writer, hctx.min(self.nr_hctxs - 1))
+    }
+
+    /// [`counts`](Self::counts) for a `hctx` of the queue's.
+    #[inline(always)]
+    fn counts_of(&self, writer: Writer, hctx: usize) -> &Counts {
         self.parts[writer.cpu * self.nr_hctxs + hctx].half(writer)
     }
 
@@ -719,10 +724,9 @@ impl Accounting {
         r + w != 0
     }
 
-    /// The busy stamps brought to `now_ns` on `hctx` and the queue.
+    /// The busy stamps brought to `now_ns` on `hctx` (one of the queue's) and the queue.
     #[inline]
     fn tick(&self, hctx: usize, now_ns: u64, end: bool) {
-        let hctx = hctx.min(self.nr_hctxs - 1);
         self.busy.update(now_ns, end, || self.any_in_flight(None));
         self.hctx_busy[hctx].update(now_ns, end, || self.any_in_flight(Some(hctx)));
     }
@@ -730,9 +734,10 @@ impl Accounting {
     /// A request of `op` made by `writer` for `hctx` at `now_ns`.
     #[inline]
     pub(crate) fn started(&self, writer: Writer, hctx: usize, op: Op, now_ns: u64) {
+        let hctx = hctx.min(self.nr_hctxs - 1);
         self.tick(hctx, now_ns, false);
         let dir = usize::from(op.is_write());
-        add(&self.counts(writer, hctx).started[dir], 1, writer.own);
+        add(&self.counts_of(writer, hctx).started[dir], 1, writer.own);
     }
 
     /// Marks `writer`'s CPU as in a submission that read the coarse clock at `now_ns` and
@@ -785,11 +790,12 @@ impl Accounting {
         start_ns: u64,
         now_ns: u64,
     ) {
+        let hctx = hctx.min(self.nr_hctxs - 1);
         self.tick(hctx, now_ns, true);
         let took = now_ns.saturating_sub(start_ns);
         let g = group as usize;
         let own = writer.own;
-        let counts = self.counts(writer, hctx);
+        let counts = self.counts_of(writer, hctx);
         add(&counts.ios[g], 1, own);
         add(&counts.sectors[g], sectors, own);
         add(&counts.nsecs[g], took, own);

@@ -31,7 +31,7 @@ impl<D: Driver> RequestQueue<D> {
     /// submission ends before the mark is dropped (a driver that ends them inside
     /// `queue_rq`) take the reading as their end too, and read no clock (see `stats.rs`).
     /// The caller keeps it to the end of the submission.
-    #[inline]
+    #[inline(always)]
     pub(super) fn account_start(
         &self,
         rq: &mut Rq,
