@@ -423,13 +423,28 @@ impl UringDisk {
             .set(Arc::downgrade(queue))
             .map_err(|_| OpenError::AlreadyAttached)?;
         let mut reapers = self.reapers.lock().unwrap_or_else(|e| e.into_inner());
+        // Each reaper says when it runs: the disk serves once `attach` returns, with every
+        // reaper's thread started (and named).
+        let (started, running) = std::sync::mpsc::sync_channel::<()>(s.rings.len());
         for hctx in 0..s.rings.len() {
             let shared = Arc::clone(s);
+            let started = started.clone();
             let reaper = std::thread::Builder::new()
                 .name(format!("blkmq-uring-{hctx}"))
-                .spawn(move || shared.reap(hctx))
+                .spawn(move || {
+                    let _ = started.send(());
+                    drop(started);
+                    shared.reap(hctx)
+                })
                 .map_err(OpenError::Thread)?;
             reapers.push(reaper);
+        }
+        drop(started);
+        for _ in 0..reapers.len() {
+            // A reaper that ended before saying so (it cannot) would close the channel.
+            if running.recv().is_err() {
+                break;
+            }
         }
         Ok(())
     }
