@@ -18,11 +18,11 @@ use crate::open::{Backing, IoMode, OpenError, UringDiskBuilder};
 use crate::status::status_of_errno;
 
 thread_local! {
-    /// On a reaper thread while it ends requests: its disk, and the rings of that disk
-    /// whose entering it does once its batch is done (a completion submitting to
-    /// another ring of the same disk leaves the system call to the end of the batch).
-    static BATCH: std::cell::Cell<(*const Shared, u64)> =
-        const { std::cell::Cell::new((std::ptr::null(), 0)) };
+    /// On a reaper thread while it ends requests: its disk, its ring, and the rings of
+    /// that disk whose entering it does once its batch is done (a completion submitting
+    /// to another ring of the same disk leaves the system call to the end of the batch).
+    static BATCH: std::cell::Cell<(*const Shared, usize, u64)> =
+        const { std::cell::Cell::new((std::ptr::null(), usize::MAX, 0)) };
 }
 
 /// The user data of the completion that wakes a reaper at shutdown (a unique tag is at
@@ -91,9 +91,15 @@ struct Shared {
 #[repr(align(128))]
 struct Ring {
     uring: IoUring,
-    /// Guards the submission queue (one producer at a time) and says whether the reaper
-    /// is ending requests.
+    /// Guards the submission queue (one producer at a time).
     sq: Mutex<SqState>,
+    /// The reaper is ending requests: an issue now leaves entering the ring to the
+    /// reaper's next wait. Set by the reaper alone; cleared under `sq`'s lock and read
+    /// under it (see `Shared::reap`).
+    reaping: AtomicBool,
+    /// The operations the reaper's own batch issues to its ring, pushed under one lock
+    /// at the end of the batch: reached by the ring's reaper alone, room for every tag.
+    held: UnsafeCell<Vec<squeue::Entry>>,
     /// The request of each driver tag on the ring, and what it asked for.
     slots: Box<[Slot]>,
 }
@@ -102,10 +108,11 @@ struct Ring {
 struct SqState {
     /// Operations pushed since the ring was made (the reaper drains up to this).
     pushed: u64,
-    /// The reaper is ending requests: an issue now leaves entering the ring to the
-    /// reaper's next wait.
-    reaping: bool,
 }
+
+// SAFETY: `held` is reached only by the ring's reaper thread (`Shared::hold` checks that
+// the caller is it); the rest is `Sync` on its own.
+unsafe impl Sync for Ring {}
 
 /// A request on the ring.
 struct Slot {
@@ -190,6 +197,8 @@ impl UringDisk {
                 Ok(Ring {
                     uring: IoUring::new(entries).map_err(OpenError::Uring)?,
                     sq: Mutex::new(SqState::default()),
+                    reaping: AtomicBool::new(false),
+                    held: UnsafeCell::new(Vec::with_capacity(b.depth)),
                     slots: (0..b.depth)
                         .map(|_| Slot {
                             rq: UnsafeCell::new(None),
@@ -423,13 +432,28 @@ impl UringDisk {
             .set(Arc::downgrade(queue))
             .map_err(|_| OpenError::AlreadyAttached)?;
         let mut reapers = self.reapers.lock().unwrap_or_else(|e| e.into_inner());
+        // Each reaper says when it runs: the disk serves once `attach` returns, with every
+        // reaper's thread started (and named).
+        let (started, running) = std::sync::mpsc::sync_channel::<()>(s.rings.len());
         for hctx in 0..s.rings.len() {
             let shared = Arc::clone(s);
+            let started = started.clone();
             let reaper = std::thread::Builder::new()
                 .name(format!("blkmq-uring-{hctx}"))
-                .spawn(move || shared.reap(hctx))
+                .spawn(move || {
+                    let _ = started.send(());
+                    drop(started);
+                    shared.reap(hctx)
+                })
                 .map_err(OpenError::Thread)?;
             reapers.push(reaper);
+        }
+        drop(started);
+        for _ in 0..reapers.len() {
+            // A reaper that ended before saying so (it cannot) would close the channel.
+            if running.recv().is_err() {
+                break;
+            }
         }
         Ok(())
     }
@@ -463,6 +487,9 @@ impl Shared {
                     *slot.bytes.get() = bytes;
                 }
                 let entry = entry.user_data(tag as u64);
+                if self.hold(hctx, &entry) {
+                    return Ok(());
+                }
                 let (pushed, enter) = {
                     let mut sq = ring.sq.lock().unwrap_or_else(|e| e.into_inner());
                     // SAFETY: the lock makes us the submission queue's one producer; the
@@ -473,7 +500,10 @@ impl Shared {
                     if pushed.is_ok() {
                         sq.pushed += 1;
                     }
-                    (pushed.is_ok(), last && !sq.reaping)
+                    (
+                        pushed.is_ok(),
+                        last && !ring.reaping.load(Ordering::Relaxed),
+                    )
                 };
                 if !pushed {
                     // Never with the ring sized for every tag; handed back, to come again.
@@ -496,14 +526,30 @@ impl Shared {
         }
     }
 
+    /// On the reaper of ring `hctx` ending requests: keeps `entry` for the push at the end
+    /// of its batch, and says so; elsewhere false.
+    #[inline]
+    fn hold(&self, hctx: usize, entry: &squeue::Entry) -> bool {
+        let (disk, own, _) = BATCH.with(|batch| batch.get());
+        if !std::ptr::eq(disk, self) || own != hctx {
+            return false;
+        }
+        // SAFETY: this thread is ring `hctx`'s reaper (only it sets BATCH to this disk
+        // and ring): the one user of `held`.
+        let held = unsafe { &mut *self.rings[hctx].held.get() };
+        // Room for every tag, each with one operation at most: never grows.
+        held.push(entry.clone());
+        true
+    }
+
     /// On a reaper of this disk ending requests: notes that ring `hctx` is to be entered
     /// at the end of the batch, and says so.
     #[inline]
     fn defer_enter(&self, hctx: usize) -> bool {
         BATCH.with(|batch| {
-            let (disk, rings) = batch.get();
+            let (disk, own, rings) = batch.get();
             if std::ptr::eq(disk, self) && hctx < 64 {
-                batch.set((disk, rings | 1 << hctx));
+                batch.set((disk, own, rings | 1 << hctx));
                 true
             } else {
                 false
@@ -651,13 +697,27 @@ impl Shared {
         }
         let mut reaped: u64 = 0;
         let mut errors = 0u32;
+        // SAFETY: this thread is the ring's reaper, the one user of `held`.
+        let held = unsafe { &mut *ring.held.get() };
         loop {
             {
                 let mut sq = ring.sq.lock().unwrap_or_else(|e| e.into_inner());
+                // What the batch issued to this ring goes on it now, under the one lock
+                // of the batch.
+                for entry in held.drain(..) {
+                    // SAFETY: the lock makes us the one producer; each entry was built by
+                    // `issue` for a request whose token its slot holds (see there).
+                    let pushed = unsafe { ring.uring.submission_shared().push(&entry) };
+                    // The ring has room for every tag, each with one operation at most.
+                    debug_assert!(pushed.is_ok(), "room on the ring for every tag");
+                    sq.pushed += u64::from(pushed.is_ok());
+                }
                 if self.stop.load(Ordering::Acquire) && reaped == sq.pushed {
                     return;
                 }
-                sq.reaping = false;
+                // Cleared under the lock: an issuer that saw it set pushed before this
+                // lock, so the wait below enters its operation.
+                ring.reaping.store(false, Ordering::Relaxed);
             }
             // Enters whatever was pushed while we were ending requests, and waits.
             match ring.uring.submitter().submit_and_wait(1) {
@@ -672,8 +732,10 @@ impl Shared {
                     )));
                 }
             }
-            ring.sq.lock().unwrap_or_else(|e| e.into_inner()).reaping = true;
-            BATCH.with(|batch| batch.set((self as *const Shared, 0)));
+            // Set without the lock: an issuer reads it under the lock, so it sees it set
+            // only before this batch's closing lock above, whose wait enters its push.
+            ring.reaping.store(true, Ordering::Relaxed);
+            BATCH.with(|batch| batch.set((self as *const Shared, hctx, 0)));
             let mut queue: Option<Arc<RequestQueue<UringDisk>>> = None;
             // Completions are taken off the ring a batch at a time: the kernel sees the
             // ring's head move once per batch, not once per completion.
@@ -708,7 +770,8 @@ impl Shared {
                     }
                 }
             }
-            let (_, mut rings) = BATCH.with(|batch| batch.replace((std::ptr::null(), 0)));
+            let (_, _, mut rings) =
+                BATCH.with(|batch| batch.replace((std::ptr::null(), usize::MAX, 0)));
             while rings != 0 {
                 let other = rings.trailing_zeros() as usize;
                 rings &= rings - 1;
@@ -798,7 +861,10 @@ impl Driver for UringDisk {
 
     fn commit_rqs(&self, cx: &HctxCx<'_, Self>) {
         let ring = &self.shared.rings[cx.hctx()];
-        let reaping = ring.sq.lock().unwrap_or_else(|e| e.into_inner()).reaping;
+        let reaping = {
+            let _sq = ring.sq.lock().unwrap_or_else(|e| e.into_inner());
+            ring.reaping.load(Ordering::Relaxed)
+        };
         if !reaping {
             ring.enter();
         }
