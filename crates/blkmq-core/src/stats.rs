@@ -89,6 +89,7 @@ use core::fmt;
 use crossbeam_utils::CachePadded;
 
 use crate::bio::Op;
+use crate::request::RqIo;
 use crate::sync::{AtomicU64, Ordering};
 
 /// The tick of the busy time (`io_ticks`), in nanoseconds: 1 ms (Linux's jiffy at `HZ=1000`).
@@ -540,6 +541,14 @@ struct CpuPart {
     /// that holder reads or writes it.
     issuing: AtomicU64,
     latency: Histograms,
+}
+
+/// Stamps `io`, a request just made, as started at `now_ns` and counted in flight in its
+/// operation's group (what [`Accounting::started`] counts).
+#[inline(always)]
+pub(crate) fn stamp_start(io: &mut RqIo, now_ns: u64) {
+    io.alloc_ns = now_ns;
+    io.acct = OpGroup::of(io.op()) as u8 + 1;
 }
 
 /// Adds `n` to `counter`: a plain load and store for the sole writer of its half (`own`),

@@ -6,10 +6,11 @@
 //! counts in.
 
 use crate::bio::Bio;
+use crate::bio::Op;
 use crate::driver::Driver;
 use crate::platform::Platform;
 use crate::request::{Rq, RqIo};
-use crate::stats::{Accounting, IoStats, Issuing, Latency, OpGroup, Writer};
+use crate::stats::{Accounting, IoStats, Issuing, Latency, OpGroup, Writer, stamp_start};
 use crate::tagset::TagSetFlags;
 
 use super::RequestQueue;
@@ -22,9 +23,22 @@ impl<D: Driver> RequestQueue<D> {
         acct.writer(self.platform().exclusive_cpu(), cpu)
     }
 
-    /// A request was made for a bio on `cpu` for `hctx`: stamps it and counts it in flight.
-    /// Returns the coarse clock's reading it stamped with, which serves as the request's
-    /// start stamp too when it is issued at once; `None` when accounting is off.
+    /// The coarse clock's reading for a request about to be made, when accounting is on:
+    /// what its allocation stamps it with ([`QueueTags::alloc_with_bio`]'s `start`) and
+    /// [`account_start`](Self::account_start) counts it at.
+    ///
+    /// [`QueueTags::alloc_with_bio`]: crate::QueueTags
+    #[inline(always)]
+    pub(super) fn account_stamp(&self) -> Option<u64> {
+        self.acct.as_ref()?;
+        Some(self.platform().coarse_now_ns())
+    }
+
+    /// A request of `op` was made on `cpu` for `hctx` at `start` (from
+    /// [`account_stamp`](Self::account_stamp); `stamped`: its allocation stamped it
+    /// already, else it is stamped here): counts it in flight. Returns the reading, which
+    /// serves as the request's start stamp too when it is issued at once; `None` when
+    /// accounting is off.
     ///
     /// With it, where the caller holds its CPU alone and the hardware queues do not block,
     /// the mark that the caller's submission is in progress with that reading: requests the
@@ -32,27 +46,32 @@ impl<D: Driver> RequestQueue<D> {
     /// `queue_rq`) take the reading as their end too, and read no clock (see `stats.rs`).
     /// The caller keeps it to the end of the submission.
     #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn account_start(
         &self,
         rq: &mut Rq,
+        op: Op,
         cpu: usize,
         hctx: usize,
+        start: Option<u64>,
+        stamped: bool,
     ) -> (Option<u64>, Option<Issuing<'_>>) {
-        let Some(acct) = self.acct.as_ref() else {
+        let (Some(acct), Some(now)) = (self.acct.as_ref(), start) else {
             return (None, None);
         };
-        let now = self.platform().coarse_now_ns();
-        let mut issuing = None;
-        if let Ok(io) = self.tags().io_mut(rq) {
-            let op = io.op();
-            io.alloc_ns = now;
-            io.acct = OpGroup::of(op) as u8 + 1;
-            let writer = self.acct_writer(acct, || cpu);
-            acct.started(writer, hctx, op, now);
-            if !self.host.set.flags().contains(TagSetFlags::BLOCKING) {
-                issuing = acct.issuing(writer, now);
+        if !stamped {
+            match self.tags().io_mut(rq) {
+                Ok(io) => stamp_start(io, now),
+                Err(_) => return (Some(now), None),
             }
         }
+        let writer = self.acct_writer(acct, || cpu);
+        acct.started(writer, hctx, op, now);
+        let issuing = if self.host.set.flags().contains(TagSetFlags::BLOCKING) {
+            None
+        } else {
+            acct.issuing(writer, now)
+        };
         (Some(now), issuing)
     }
 

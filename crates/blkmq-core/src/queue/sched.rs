@@ -202,7 +202,9 @@ impl<D: Driver> RequestQueue<D> {
         }
         let mut alloc = Alloc::new(hctx, cpu);
         alloc.shallow_depth = e.limit_depth(bio.op, bio.flags);
-        let mut rq = match tags.alloc_with_bio(&alloc, bio, segments) {
+        let start = self.account_stamp();
+        let op = bio.op;
+        let mut rq = match tags.alloc_with_bio(&alloc, bio, segments, start) {
             Ok(rq) => self.traced(crate::trace::Action::GetRq, rq),
             Err((error, bio)) => {
                 drop(guard);
@@ -211,7 +213,7 @@ impl<D: Driver> RequestQueue<D> {
         };
         // INVARIANT: the request holds the usage reference until it is freed.
         usage.hand_to_request();
-        let _ = self.account_start(&mut rq, cpu, hctx);
+        let _ = self.account_start(&mut rq, op, cpu, hctx, start, true);
         e.prepare_request(&cx, &mut rq);
         if let Some(plug) = plug {
             drop(guard);

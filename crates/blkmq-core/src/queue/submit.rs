@@ -318,11 +318,12 @@ impl<D: Driver> RequestQueue<D> {
             _ => None,
         };
         // The request the token names, where the cache had it at hand.
+        let start = self.account_stamp();
         let (mut rq, known) = match cached {
             Some((rq, request)) => (rq, Some(request)),
             None => match self
                 .tags()
-                .alloc_with_bio(&Alloc::new(hctx, cpu), *bio, segments)
+                .alloc_with_bio(&Alloc::new(hctx, cpu), *bio, segments, start)
             {
                 Ok(rq) => (rq, None),
                 Err((e, bio)) => return self.alloc_failed(usage, e, bio),
@@ -330,7 +331,8 @@ impl<D: Driver> RequestQueue<D> {
         };
         self.trace_get_rq(&rq, bio, cpu, hctx, stamp);
         // Kept to the end: requests ended before it returns take the start's reading.
-        let (now, _issuing) = self.account_start(&mut rq, cpu, hctx);
+        let (now, _issuing) =
+            self.account_start(&mut rq, bio.op, cpu, hctx, start, known.is_none());
         // INVARIANT: the request holds the usage reference until it is freed.
         usage.hand_to_request();
         match plug {

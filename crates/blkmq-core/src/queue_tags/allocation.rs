@@ -50,12 +50,16 @@ impl<T, P: Platform> QueueTags<T, P> {
     /// Allocates a request that carries `bio` (with its data segments `segments`) from the
     /// start: in the common case the bio goes in through the allocation's own reach into
     /// the request, with no second look-up of the token. The bio comes back with the error.
+    ///
+    /// With `start`, the request's accounting start stamp is set to it on the way
+    /// ([`stamp_start`](crate::stats::stamp_start)).
     #[inline(always)]
     pub(crate) fn alloc_with_bio(
         &self,
         alloc: &Alloc,
         bio: Bio,
         segments: SegSpan,
+        start: Option<u64>,
     ) -> Result<Rq, (TagError, Bio)> {
         if self.is_plain(alloc) {
             let (rq, request) = self.alloc_plain(alloc).map_err(|e| (e, bio))?;
@@ -64,6 +68,9 @@ impl<T, P: Platform> QueueTags<T, P> {
             let io = unsafe { request.io_mut() };
             io.set_bio(bio);
             io.set_span(segments);
+            if let Some(now) = start {
+                crate::stats::stamp_start(io, now);
+            }
             return Ok(rq);
         }
         if let Some(sched) = self.sched.as_ref().filter(|_| self.is_plain_sched(alloc)) {
@@ -83,12 +90,20 @@ impl<T, P: Platform> QueueTags<T, P> {
             io.sched_data = [0; 2];
             io.set_bio(bio);
             io.set_span(segments);
+            if let Some(now) = start {
+                crate::stats::stamp_start(io, now);
+            }
             let generation = request.claim(alloc.hctx as u32, self.id);
             return Ok(Rq::new(sched.id, m, tag, generation));
         }
         let mut rq = self.alloc_general(alloc).map_err(|e| (e, bio))?;
         match self.set_bio_segments(&mut rq, bio, segments) {
-            Ok(()) => Ok(rq),
+            Ok(()) => {
+                if let (Some(now), Ok(io)) = (start, self.io_mut(&mut rq)) {
+                    crate::stats::stamp_start(io, now);
+                }
+                Ok(rq)
+            }
             // Our own fresh request: cannot happen. Should it, nothing is lost.
             Err(e) => {
                 let _ = self.free(rq);
