@@ -59,8 +59,18 @@
 //! of each thread with two threads over that with one, for `io` and for `floor`), and
 //! `end_requests / end_request` on the one-hardware-queue host (the time per request of a
 //! batched completion over single ones; the target at most [`BATCH_TARGET`]).
-//! Last, `accounting: on/off`: the `io` case with [`QueueConfig::accounting`] on against
-//! off, paired, at one thread and two (the target: at most [`ACCOUNTING_TARGET`]).
+//! Then `tracer: set/none`: the `io` case on a queue with a [`blkmq_core::RingTracer`]
+//! against one without a tracer. Last, `accounting: on/off`: the `io` case with
+//! [`QueueConfig::accounting`] on against off, paired, at one thread and two (the target: at
+//! most [`ACCOUNTING_TARGET`]), beside `off/off`, the same harness with accounting off on
+//! both sides (its own noise).
+//!
+//! Under each, the `of which:` lines say where the cost goes, in the same run: with a
+//! tracer, the queue's side alone (a tracer that keeps nothing), and for both, the clock
+//! readings alone (the `io` case plus as many readings of the same clock, see [`Clocked`]).
+//! A reading's cost is the machine's (a virtual machine's time-stamp counter can cost
+//! tens of nanoseconds): the ratio of the readings alone is a floor neither can go under
+//! on that machine.
 //!
 //! What goes through [`black_box`]: each bio (its sector is a run-time value anyway) and the
 //! raw bit between get and put. Every timed step is `#[inline(never)]`, so criterion's loops
@@ -443,6 +453,52 @@ impl<D: NullDriver> Workload for Direct<'_, D> {
         let queue = &*self.0.queue;
         queue.submit(sub.bio()).expect("a free request");
         D::reap(queue, sub.hctx);
+    }
+}
+
+/// Which of the platform's clocks [`Clocked`] reads.
+#[derive(Clone, Copy)]
+enum Clock {
+    /// [`Platform::coarse_now_ns`](blkmq_core::Platform::coarse_now_ns): what the
+    /// accounting reads once per I/O.
+    Coarse,
+    /// [`Platform::trace_now_ns`](blkmq_core::Platform::trace_now_ns): what a queue with a
+    /// tracer reads twice per I/O (its submission's events and its completion).
+    Trace,
+}
+
+/// As [`Direct`] on a queue with neither accounting nor a tracer, and `reads` readings of
+/// `clock` per I/O beside it: paired against [`Direct`], the share of an I/O those readings
+/// alone take on this machine, a floor under what the accounting and a tracer can cost.
+struct Clocked<'d> {
+    dev: &'d Dev<Inline>,
+    platform: StdPlatform,
+    clock: Clock,
+    reads: usize,
+}
+
+impl Workload for Clocked<'_> {
+    type Local<'a>
+        = Submitter
+    where
+        Self: 'a;
+
+    fn local(&self, thread: usize) -> Submitter {
+        Submitter::new(self.dev, thread)
+    }
+
+    #[inline(never)]
+    fn step(&self, sub: &mut Submitter) {
+        use blkmq_core::Platform;
+        for _ in 0..self.reads {
+            black_box(match self.clock {
+                Clock::Coarse => self.platform.coarse_now_ns(),
+                Clock::Trace => self.platform.trace_now_ns(),
+            });
+        }
+        let queue = &*self.dev.queue;
+        queue.submit(sub.bio()).expect("a free request");
+        Inline::reap(queue, sub.hctx);
     }
 }
 
@@ -974,6 +1030,69 @@ fn paired_tracer() {
         "tracer: set/none = {:.2} (1t), {:.2} (2t)",
         ratios[0], ratios[1]
     );
+    // Where that goes: the events the queue makes, handed to a tracer that keeps none,
+    // and under them the clock readings alone.
+    let host = Host::new(
+        TagSet::builder(IO_DEPTH).hw_queues(IO_CPUS),
+        StdPlatform::with_cpus(IO_CPUS),
+        Inline::make(IO_CPUS, IO_DEPTH),
+    )
+    .expect("a valid host");
+    let config = QueueConfig::new(QueueLimits::new(CAPACITY)).tracer(Arc::new(KeepsNone));
+    let queue = host.add_queue(config).expect("a valid queue");
+    let discarded = Dev { host, queue };
+    let ratios: Vec<String> = (1..=THREADS)
+        .map(|threads| {
+            let ratio = paired_ratio(
+                || timed(&Direct(&discarded), threads, n),
+                || timed(&Direct(&none), threads, n),
+            );
+            format!("{ratio:.3} ({threads}t)")
+        })
+        .collect();
+    discarded.settled();
+    println!(
+        "  of which: io with a tracer that keeps nothing / io = {} (the events made)",
+        ratios.join(", ")
+    );
+    clock_floor(Clock::Trace, 2, "the tracer's two trace clock readings");
+}
+
+/// A tracer that looks at each event and keeps none: what the queue's side of tracing
+/// costs, without a ring's.
+struct KeepsNone;
+
+impl blkmq_core::Tracer for KeepsNone {
+    fn event(&self, event: &blkmq_core::TraceEvent) {
+        black_box(event);
+    }
+}
+
+/// Prints what `reads` readings of `clock` per I/O alone cost, paired against the same I/O
+/// without them (see [`Clocked`]), at one thread and two.
+fn clock_floor(clock: Clock, reads: usize, what: &str) {
+    let dev = Dev::<Inline>::new();
+    let clocked = Clocked {
+        dev: &dev,
+        platform: dev.queue.platform().clone(),
+        clock,
+        reads,
+    };
+    let n = PAIRED_IOS;
+    let ratios: Vec<String> = (1..=THREADS)
+        .map(|threads| {
+            let ratio = paired_ratio(
+                || timed(&clocked, threads, n),
+                || timed(&Direct(&dev), threads, n),
+            );
+            format!("{ratio:.3} ({threads}t)")
+        })
+        .collect();
+    dev.settled();
+    println!(
+        "  of which: io with {what} / io = {} (nothing else added)",
+        ratios.join(", ")
+    );
 }
 
 /// I/O accounting on against off ([`QueueConfig::accounting`]), paired per I/O as `io`
@@ -1030,5 +1149,10 @@ fn accounting_summary() {
     println!(
         "accounting: off/off = {} (the same, two queues with accounting off: the noise)",
         same.join(", ")
+    );
+    clock_floor(
+        Clock::Coarse,
+        1,
+        "the accounting's one coarse clock reading",
     );
 }
