@@ -65,12 +65,13 @@
 //! most [`ACCOUNTING_TARGET`]), beside `off/off`, the same harness with accounting off on
 //! both sides (its own noise).
 //!
-//! Under each, the `of which:` lines say where the cost goes, in the same run: with a
-//! tracer, the queue's side alone (a tracer that keeps nothing), and for both, the clock
-//! readings alone (the `io` case plus as many readings of the same clock, see [`Clocked`]).
-//! A reading's cost is the machine's (a virtual machine's time-stamp counter can cost
-//! tens of nanoseconds): the ratio of the readings alone is a floor neither can go under
-//! on that machine.
+//! Under the tracer's line, the `of which:` lines say where its cost goes, in the same run:
+//! the queue's side alone (a tracer that keeps nothing), and the trace clock's two readings
+//! per I/O alone (the `io` case plus two readings, see [`Clocked`]). A reading's cost is the
+//! machine's (a virtual machine's time-stamp counter can cost tens of nanoseconds): the
+//! ratio of the readings alone is a floor a tracer cannot go under on that machine. The
+//! accounting has no such line: it reads no clock the `io` case does not read already (its
+//! reading is the one that stamps the request's start, which the queue takes anyway).
 //!
 //! What goes through [`black_box`]: each bio (its sector is a run-time value anyway) and the
 //! raw bit between get and put. Every timed step is `#[inline(never)]`, so criterion's loops
@@ -456,24 +457,14 @@ impl<D: NullDriver> Workload for Direct<'_, D> {
     }
 }
 
-/// Which of the platform's clocks [`Clocked`] reads.
-#[derive(Clone, Copy)]
-enum Clock {
-    /// [`Platform::coarse_now_ns`](blkmq_core::Platform::coarse_now_ns): what the
-    /// accounting reads once per I/O.
-    Coarse,
-    /// [`Platform::trace_now_ns`](blkmq_core::Platform::trace_now_ns): what a queue with a
-    /// tracer reads twice per I/O (its submission's events and its completion).
-    Trace,
-}
-
 /// As [`Direct`] on a queue with neither accounting nor a tracer, and `reads` readings of
-/// `clock` per I/O beside it: paired against [`Direct`], the share of an I/O those readings
-/// alone take on this machine, a floor under what the accounting and a tracer can cost.
+/// the trace clock ([`Platform::trace_now_ns`](blkmq_core::Platform::trace_now_ns), which a
+/// queue with a tracer reads twice per I/O: its submission's events and its completion)
+/// beside it: paired against [`Direct`], the share of an I/O those readings alone take on
+/// this machine, a floor under what a tracer can cost.
 struct Clocked<'d> {
     dev: &'d Dev<Inline>,
     platform: StdPlatform,
-    clock: Clock,
     reads: usize,
 }
 
@@ -491,10 +482,7 @@ impl Workload for Clocked<'_> {
     fn step(&self, sub: &mut Submitter) {
         use blkmq_core::Platform;
         for _ in 0..self.reads {
-            black_box(match self.clock {
-                Clock::Coarse => self.platform.coarse_now_ns(),
-                Clock::Trace => self.platform.trace_now_ns(),
-            });
+            black_box(self.platform.trace_now_ns());
         }
         let queue = &*self.dev.queue;
         queue.submit(sub.bio()).expect("a free request");
@@ -1055,7 +1043,7 @@ fn paired_tracer() {
         "  of which: io with a tracer that keeps nothing / io = {} (the events made)",
         ratios.join(", ")
     );
-    clock_floor(Clock::Trace, 2, "the tracer's two trace clock readings");
+    clock_floor(2, "the tracer's two trace clock readings");
 }
 
 /// A tracer that looks at each event and keeps none: what the queue's side of tracing
@@ -1068,14 +1056,13 @@ impl blkmq_core::Tracer for KeepsNone {
     }
 }
 
-/// Prints what `reads` readings of `clock` per I/O alone cost, paired against the same I/O
-/// without them (see [`Clocked`]), at one thread and two.
-fn clock_floor(clock: Clock, reads: usize, what: &str) {
+/// Prints what `reads` readings of the trace clock per I/O alone cost, paired against the
+/// same I/O without them (see [`Clocked`]), at one thread and two.
+fn clock_floor(reads: usize, what: &str) {
     let dev = Dev::<Inline>::new();
     let clocked = Clocked {
         dev: &dev,
         platform: dev.queue.platform().clone(),
-        clock,
         reads,
     };
     let n = PAIRED_IOS;
@@ -1149,10 +1136,5 @@ fn accounting_summary() {
     println!(
         "accounting: off/off = {} (the same, two queues with accounting off: the noise)",
         same.join(", ")
-    );
-    clock_floor(
-        Clock::Coarse,
-        1,
-        "the accounting's one coarse clock reading",
     );
 }

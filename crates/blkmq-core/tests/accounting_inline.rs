@@ -20,6 +20,7 @@ struct Manual {
     clock: AtomicU64,
     exclusive: bool,
     coarse_reads: AtomicU64,
+    precise_reads: AtomicU64,
 }
 
 impl Platform for Manual {
@@ -38,12 +39,13 @@ impl Platform for Manual {
     }
 
     fn now_ns(&self) -> u64 {
+        self.precise_reads.fetch_add(1, Ordering::SeqCst);
         self.clock.load(Ordering::SeqCst)
     }
 
     fn coarse_now_ns(&self) -> u64 {
         self.coarse_reads.fetch_add(1, Ordering::SeqCst);
-        self.now_ns()
+        self.clock.load(Ordering::SeqCst)
     }
 
     fn kick(&self, _hctx: usize) {}
@@ -93,20 +95,52 @@ impl Driver for Inline {
 type Queue = Arc<RequestQueue<Inline>>;
 
 fn queue(exclusive: bool, flags: TagSetFlags) -> (Arc<Host<Inline>>, Queue) {
+    queue_with(exclusive, flags, true)
+}
+
+fn queue_with(exclusive: bool, flags: TagSetFlags, accounting: bool) -> (Arc<Host<Inline>>, Queue) {
     let platform = Manual {
         clock: AtomicU64::new(0),
         exclusive,
         coarse_reads: AtomicU64::new(0),
+        precise_reads: AtomicU64::new(0),
     };
     let host = Host::new(TagSet::builder(8).flags(flags), platform, Inline::default()).unwrap();
     let queue = host
-        .add_queue(QueueConfig::new(QueueLimits::new(1024)).accounting(true))
+        .add_queue(QueueConfig::new(QueueLimits::new(1024)).accounting(accounting))
         .unwrap();
     (host, queue)
 }
 
 fn coarse_reads(queue: &Queue) -> u64 {
     queue.platform().coarse_reads.load(Ordering::SeqCst)
+}
+
+/// The clock readings, coarse and precise, of one submission of a bio the driver ends
+/// inside `queue_rq`.
+fn readings_of_one_inline_io(queue: &Queue) -> (u64, u64) {
+    let platform = queue.platform();
+    let before = (
+        platform.coarse_reads.load(Ordering::SeqCst),
+        platform.precise_reads.load(Ordering::SeqCst),
+    );
+    queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    (
+        platform.coarse_reads.load(Ordering::SeqCst) - before.0,
+        platform.precise_reads.load(Ordering::SeqCst) - before.1,
+    )
+}
+
+#[test]
+fn accounting_adds_no_clock_reading_to_an_inline_io() {
+    let (_off_host, off) = queue_with(true, TagSetFlags::empty(), false);
+    let (_on_host, on) = queue_with(true, TagSetFlags::empty(), true);
+    // Without accounting the request's start stamp (its timeout's base) is one coarse
+    // reading; with it, that same reading is the accounting's start and end.
+    assert_eq!(readings_of_one_inline_io(&off), (1, 0));
+    assert_eq!(readings_of_one_inline_io(&on), (1, 0));
+    assert_eq!(on.stats().unwrap().op(OpGroup::Read).ios, 1);
+    assert!(off.stats().is_none());
 }
 
 #[test]
