@@ -395,11 +395,16 @@ impl<D: Driver> RequestQueue<D> {
         // The start stamp, and so the timeout deadline, needs only the coarse clock; the
         // elevator's dispatch may have read the clock a moment ago, and one read serves.
         let now = now.unwrap_or_else(|| self.platform().coarse_now_ns());
-        // Without scheduler tags a request holds its driver tag from its allocation.
+        // Without scheduler tags a request holds its driver tag from its allocation; the
+        // request its start looks up serves its D.
+        let mut known = None;
         let mut started = if tags.has_scheduler() {
             tags.tag_and_start(&mut rq, now)
         } else {
-            tags.start(&mut rq, now).map(|()| true)
+            tags.start_resolving(&mut rq, now).map(|request| {
+                known = Some(request);
+                true
+            })
         };
         if matches!(started, Ok(false)) {
             // No driver tag: mark the restart, then look at the tags again (Linux's
@@ -422,7 +427,7 @@ impl<D: Driver> RequestQueue<D> {
                 return Issued::Ended;
             }
         }
-        self.queue_started(&cx, rq, last, stamp)
+        self.queue_started(&cx, rq, known, last, stamp)
     }
 
     /// [`issue_one`](Self::issue_one) on the request's own hardware queue `hctx`, as its
@@ -455,24 +460,26 @@ impl<D: Driver> RequestQueue<D> {
             self.end_unissued(rq, Status::IoErr);
             return Issued::Ended;
         }
-        self.queue_started(&cx, rq, last, None)
+        self.queue_started(&cx, rq, Some(request), last, None)
     }
 
     /// Hands `rq`, started with a budget held, to the driver on `cx`'s hardware queue (its
-    /// D stamped with `stamp` when it holds a trace clock reading); a request the driver
-    /// turns down goes back to idle (to be given back) or ends.
+    /// D made from `request`, the request it names, when the caller has it, and stamped
+    /// with `stamp` when it holds a trace clock reading); a request the driver turns down
+    /// goes back to idle (to be given back) or ends.
     #[inline(always)]
     fn queue_started(
         &self,
         cx: &HctxCx<'_, D>,
         rq: Rq,
+        request: Option<&Request<D::Payload>>,
         last: bool,
         stamp: super::trace::TraceStamp,
     ) -> Issued {
         let tags = self.tags();
         let driver = self.driver();
         let hctx = cx.hctx();
-        self.trace_rq_at(crate::trace::Action::Issue, &rq, stamp);
+        self.trace_issue(&rq, request, stamp);
         self.driver_in(hctx);
         match driver.queue_rq(cx, rq, last) {
             Ok(()) => Issued::Queued,

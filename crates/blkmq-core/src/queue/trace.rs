@@ -78,6 +78,23 @@ impl<D: Driver> RequestQueue<D> {
         }
     }
 
+    /// D for `rq`, from `request`, the request it names, when the caller has it (no
+    /// look-up), at `stamp`'s time.
+    #[inline(always)]
+    pub(super) fn trace_issue(
+        &self,
+        rq: &Rq,
+        request: Option<&Request<D::Payload>>,
+        stamp: TraceStamp,
+    ) {
+        if let Some(tracer) = &self.tracer {
+            match request {
+                Some(request) => self.emit_known(&**tracer, Action::Issue, rq, request, stamp),
+                None => self.emit_rq(&**tracer, Action::Issue, rq, stamp),
+            }
+        }
+    }
+
     /// G for `rq`, just made for `bio` on `cpu` for `hctx`: the event is made of what the
     /// caller holds, with no look-up of the request.
     #[inline(always)]
@@ -213,6 +230,20 @@ impl<D: Driver> RequestQueue<D> {
         if let Some(event) = self.rq_event(action, rq, stamp) {
             tracer.event(&event);
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn emit_known(
+        &self,
+        tracer: &dyn Tracer,
+        action: Action,
+        rq: &Rq,
+        request: &Request<D::Payload>,
+        stamp: TraceStamp,
+    ) {
+        let io = self.tags().io_known(rq, request);
+        tracer.event(&self.io_event(action, request, io, stamp));
     }
 
     #[cold]

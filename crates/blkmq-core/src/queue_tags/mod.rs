@@ -552,8 +552,34 @@ impl<T, P: Platform> QueueTags<T, P> {
     /// queue.free(rq).unwrap();
     /// ```
     pub fn start(&self, rq: &mut Rq, now_ns: u64) -> Result<(), TagError> {
+        self.start_resolving(rq, now_ns).map(|_| ())
+    }
+
+    /// [`start`](Self::start), handing back the request `rq` names, which its look-up
+    /// found (its issue's D is made from it, with no second look-up).
+    #[inline]
+    pub(crate) fn start_resolving(
+        &self,
+        rq: &mut Rq,
+        now_ns: u64,
+    ) -> Result<&Request<T>, TagError> {
         let request = self.owner(rq)?.1;
-        self.start_resolved(request, now_ns)
+        self.start_resolved(request, now_ns)?;
+        Ok(request)
+    }
+
+    /// The I/O of `request`, the request `rq` names, as a look-up of `rq` returned it while
+    /// the caller held it: no second look-up.
+    #[inline(always)]
+    pub(crate) fn io_known<'a>(&self, rq: &'a Rq, request: &'a Request<T>) -> &'a RqIo {
+        debug_assert!(
+            self.owner(rq)
+                .is_ok_and(|(_, named)| core::ptr::eq(named, request)),
+            "the request its token names"
+        );
+        // SAFETY: `rq` is the request's unique token and the result borrows it, so no
+        // `&mut RqIo` (which needs the token borrowed mutably) can exist meanwhile.
+        unsafe { request.io_ref() }
     }
 
     /// [`start`](Self::start) for `request`, the request `rq` names, as a look-up of `rq`
