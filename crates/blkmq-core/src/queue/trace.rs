@@ -67,18 +67,12 @@ impl<D: Driver> RequestQueue<D> {
     /// A request event (G, I, D, R) with the request's range.
     #[inline(always)]
     pub(super) fn trace_rq(&self, action: Action, rq: &Rq) {
-        self.trace_rq_at(action, rq, None);
-    }
-
-    /// [`trace_rq`](Self::trace_rq) at `stamp`'s time.
-    #[inline(always)]
-    pub(super) fn trace_rq_at(&self, action: Action, rq: &Rq, stamp: TraceStamp) {
         if let Some(tracer) = &self.tracer {
-            self.emit_rq(&**tracer, action, rq, stamp);
+            self.emit_rq(&**tracer, action, rq, None, None);
         }
     }
 
-    /// D for `rq`, from `request`, the request it names, when the caller has it (no
+    /// D for `rq`, made from `request`, the request it names, when the caller has it (no
     /// look-up), at `stamp`'s time.
     #[inline(always)]
     pub(super) fn trace_issue(
@@ -88,10 +82,7 @@ impl<D: Driver> RequestQueue<D> {
         stamp: TraceStamp,
     ) {
         if let Some(tracer) = &self.tracer {
-            match request {
-                Some(request) => self.emit_known(&**tracer, Action::Issue, rq, request, stamp),
-                None => self.emit_rq(&**tracer, Action::Issue, rq, stamp),
-            }
+            self.emit_rq(&**tracer, Action::Issue, rq, request, stamp);
         }
     }
 
@@ -199,9 +190,20 @@ impl<D: Driver> RequestQueue<D> {
         tracer.event(&event);
     }
 
-    /// The event of `action` for a request, with its range, or `None` if it is not ours.
-    fn rq_event(&self, action: Action, rq: &Rq, stamp: TraceStamp) -> Option<TraceEvent> {
-        let (request, io) = self.tags().request_and_io(rq).ok()?;
+    /// The event of `action` for a request, with its range, or `None` if it is not ours;
+    /// `known`, the request `rq` names when the caller has it, spares the look-up.
+    fn rq_event(
+        &self,
+        action: Action,
+        rq: &Rq,
+        known: Option<&Request<D::Payload>>,
+        stamp: TraceStamp,
+    ) -> Option<TraceEvent> {
+        let tags = self.tags();
+        let (request, io) = match known {
+            Some(request) => (request, tags.io_known(rq, request)),
+            None => tags.request_and_io(rq).ok()?,
+        };
         Some(self.io_event(action, request, io, stamp))
     }
 
@@ -226,24 +228,17 @@ impl<D: Driver> RequestQueue<D> {
 
     #[cold]
     #[inline(never)]
-    fn emit_rq(&self, tracer: &dyn Tracer, action: Action, rq: &Rq, stamp: TraceStamp) {
-        if let Some(event) = self.rq_event(action, rq, stamp) {
-            tracer.event(&event);
-        }
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn emit_known(
+    fn emit_rq(
         &self,
         tracer: &dyn Tracer,
         action: Action,
         rq: &Rq,
-        request: &Request<D::Payload>,
+        known: Option<&Request<D::Payload>>,
         stamp: TraceStamp,
     ) {
-        let io = self.tags().io_known(rq, request);
-        tracer.event(&self.io_event(action, request, io, stamp));
+        if let Some(event) = self.rq_event(action, rq, known, stamp) {
+            tracer.event(&event);
+        }
     }
 
     #[cold]
@@ -274,7 +269,7 @@ impl<D: Driver> RequestQueue<D> {
     #[cold]
     #[inline(never)]
     fn emit_merge(&self, tracer: &dyn Tracer, rq: &Rq, bio: &Bio) {
-        let Some(mut event) = self.rq_event(Action::BackMerge, rq, None) else {
+        let Some(mut event) = self.rq_event(Action::BackMerge, rq, None, None) else {
             return;
         };
         if event.sector == bio.sector {

@@ -373,9 +373,7 @@ impl<T, P: Platform> QueueTags<T, P> {
         rq: &'a Rq,
     ) -> Result<(&'a Request<T>, &'a RqIo), TagError> {
         let request = self.owner(rq)?.1;
-        // SAFETY: `rq` is the request's unique token and the result borrows it, so no
-        // `&mut RqIo` (which needs the token borrowed mutably) can exist meanwhile.
-        Ok((request, unsafe { request.io_ref() }))
+        Ok((request, self.io_known(rq, request)))
     }
 
     /// The I/O `rq` carries.
