@@ -31,6 +31,11 @@
 //! * The deferred clear swaps `cleared` with acquire-release and and-nots `word` with
 //!   release, so the next owner of a bit, whose acquire RMW on `word` reads from that chain,
 //!   happens after everything the previous owner did before freeing it.
+//! * A get whose hint names a bit waiting in `cleared` (the bit its CPU last put) takes it
+//!   back with one sequentially consistent `fetch_and` on `cleared`, leaving `word` alone: it
+//!   reads from the free's RMW directly. A deferred clear that swapped the bit out first wins
+//!   it instead; the get then goes the full-word path. One atomic per get on the common path,
+//!   where the swap-lock path costs three.
 
 use alloc::boxed::Box;
 use core::fmt;
@@ -127,19 +132,47 @@ impl Word {
     }
 
     /// Sets one free bit of `window`, moving deferred clears into the word while that may
-    /// uncover one.
+    /// uncover one. `hinted` is the mask of the bit the caller's hint names (or zero): when
+    /// the word is full and that bit is waiting to be cleared, it is taken back straight from
+    /// the pending mask.
     #[inline(always)]
-    fn get(&self, window: usize) -> Option<usize> {
+    fn get(&self, window: usize, hinted: usize) -> Option<usize> {
+        if let Some(nr) = self.take_in(window) {
+            return Some(nr);
+        }
+        if let Some(nr) = self.take_pending(window & hinted) {
+            return Some(nr);
+        }
         loop {
-            if let Some(nr) = self.take_in(window) {
-                return Some(nr);
-            }
             match self.deferred_clear(window, true) {
                 Cleared::Kept(nr) => return Some(nr),
                 Cleared::Retry => {}
                 Cleared::Full => return None,
             }
+            if let Some(nr) = self.take_in(window) {
+                return Some(nr);
+            }
         }
+    }
+
+    /// Takes the freed bit `mask` (one bit, or none) out of the pending mask, leaving it set
+    /// in the word: it passes from its last owner to the caller with one atomic, where a
+    /// deferred clear takes three. The common case after a put, whose hint names the bit it
+    /// freed.
+    #[inline(always)]
+    fn take_pending(&self, mask: usize) -> Option<usize> {
+        // No load first to skip the RMW when the bit is not pending: the word is full here,
+        // so a deferred clear (three atomics) follows anyway. SeqCst, as the swap in
+        // `deferred_clear`: taking a free is reading it (see there), and Acquire for the
+        // data its last owner left.
+        if mask == 0 {
+            return None;
+        }
+        if self.pending.cleared.fetch_and(!mask, Ordering::SeqCst) & mask == 0 {
+            // A deferred clear moved it into the word first (clear, or taken by now).
+            return None;
+        }
+        Some(mask.trailing_zeros() as usize)
     }
 
     /// Moves the freed bits into the word, under the swap lock. With `keep`, one freed bit of
@@ -486,7 +519,8 @@ impl Sbitmap {
             // The common case: a free bit in the hint's word, perhaps after moving its
             // deferred frees in. The hint stays as it is.
             let index = start >> self.shift;
-            if let Some(nr) = self.words[index].get(self.window(index, depth)) {
+            let hinted = 1usize << (start & (self.bits_per_word() - 1));
+            if let Some(nr) = self.words[index].get(self.window(index, depth), hinted) {
                 return Some((index << self.shift) + nr);
             }
         }
@@ -597,7 +631,7 @@ impl Sbitmap {
                 if window == 0 {
                     return None;
                 }
-                let nr = self.words[index].get(window)?;
+                let nr = self.words[index].get(window, 0)?;
                 Some((index << self.shift) + nr)
             })
     }

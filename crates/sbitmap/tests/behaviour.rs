@@ -143,6 +143,34 @@ fn put_points_the_hint_at_the_freed_bit() {
     assert_eq!(map.get(&hint), Some(bits[200]));
 }
 
+/// A full word whose hinted bit waits to be cleared gives that bit back and leaves the
+/// word's other frees pending: the hinted bit is taken straight from the pending mask.
+#[test]
+fn a_get_takes_its_hinted_free_back_and_leaves_the_other_frees_pending() {
+    let map = Sbitmap::builder(8).shift(3).build().unwrap();
+    let hint = AllocHint::at(0);
+    assert_eq!(drain(&map, &hint).len(), 8);
+    map.put(1, &hint).unwrap();
+    map.put(5, &hint).unwrap();
+    assert_eq!(hint.value(), 5);
+    assert_eq!(map.get(&hint), Some(5));
+    let text = map.dump().to_string();
+    assert!(
+        text.contains("word    0: bits=0xff cleared=0x02 busy=7"),
+        "{text}"
+    );
+    // A hint on a bit that is not pending: the frees are moved in, and the lowest is taken.
+    map.put(6, &hint).unwrap();
+    assert_eq!(map.get(&AllocHint::at(0)), Some(1));
+    let text = map.dump().to_string();
+    assert!(
+        text.contains("word    0: bits=0xbf cleared=0x00 busy=7"),
+        "{text}"
+    );
+    assert_eq!(map.get(&hint), Some(6));
+    assert_eq!(map.get(&hint), None);
+}
+
 #[test]
 fn hints_from_different_seeds_start_on_different_words() {
     let map = Sbitmap::new(4096).unwrap();

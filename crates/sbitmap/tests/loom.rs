@@ -254,3 +254,59 @@ fn dropped_woken_waiter_passes_wakeup_on() {
         assert_eq!(stayer.join().unwrap(), 0);
     });
 }
+
+/// (f) A get whose hint names a freed bit takes it back straight from the pending mask while
+/// another get of the same word moves the pending mask in: no bit goes to two owners, none
+/// is lost, and a bit's new owner sees what its last owner wrote before the put.
+#[test]
+fn f_hinted_take_races_deferred_clear() {
+    use loom::cell::UnsafeCell;
+
+    model(|| {
+        // One word of four bits, all held; bit 2 already waits in the pending mask.
+        let map = Arc::new(Sbitmap::builder(4).shift(2).build().unwrap());
+        let data: Arc<[UnsafeCell<u32>; 4]> =
+            Arc::new(core::array::from_fn(|_| UnsafeCell::new(0)));
+        let hint = AllocHint::at(0);
+        assert_eq!(take_all(&map, &hint), vec![0, 1, 2, 3]);
+        // SAFETY: bit 2 is held here, and no other thread runs yet.
+        data[2].with_mut(|d| unsafe { *d = 12 });
+        map.put(2, &hint).unwrap();
+        let freer = {
+            let (map, data) = (map.clone(), data.clone());
+            thread::spawn(move || {
+                // SAFETY: bit 1 is this thread's until the put.
+                data[1].with_mut(|d| unsafe { *d = 11 });
+                map.put(1, &AllocHint::at(0)).unwrap();
+            })
+        };
+        let getters: Vec<_> = [1, 3]
+            .into_iter()
+            .map(|at| {
+                let (map, data) = (map.clone(), data.clone());
+                thread::spawn(move || {
+                    let bit = map.get(&AllocHint::at(at))?;
+                    // The bit's last owner wrote 10 + bit before freeing it; a missing
+                    // happens-before is a data race loom reports here.
+                    // SAFETY: the get made `bit` this thread's.
+                    let seen = data[bit].with(|d| unsafe { *d });
+                    assert_eq!(seen, 10 + bit as u32, "bit {bit}");
+                    Some(bit)
+                })
+            })
+            .collect();
+        freer.join().unwrap();
+        let got: Vec<usize> = getters
+            .into_iter()
+            .filter_map(|g| g.join().unwrap())
+            .collect();
+        assert!(!got.is_empty(), "bit 2 was free before the race began");
+        assert!(got.iter().all(|bit| [1, 2].contains(bit)), "{got:?}");
+        if got.len() == 2 {
+            assert_ne!(got[0], got[1]);
+        }
+        // Bits 0 and 3 stay held; of the two freed, the ones not taken are free now.
+        assert_eq!(map.weight(), 2 + got.len());
+        assert_eq!(take_all(&map, &AllocHint::at(0)).len(), 2 - got.len());
+    });
+}
