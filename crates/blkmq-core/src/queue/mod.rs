@@ -57,7 +57,7 @@
 //! | step | operation | line | written by |
 //! |---|---|---|---|
 //! | enter | usage `fetch_add` | the calling CPU's part of the queue's `PercpuRef` | that CPU only (a completion elsewhere puts on its own part) |
-//! | allocate | driver tag: compare-exchange on an sbitmap word | the word the per-CPU hint picked | the CPUs whose hints are in that word: shared, spread by the hint |
+//! | allocate | driver tag: `fetch_or` of a free bit into an sbitmap word; or, when the word is full and the hint names a bit waiting to be cleared (the common case after a put), `fetch_and` of that bit out of the word's `cleared` | the word the per-CPU hint picked | the CPUs whose hints are in that word: shared, spread by the hint |
 //! | claim | run claim compare-exchange `0 -> RUNNING` | the hardware context's | the CPUs of that hardware queue (reruns from completions only when it waits) |
 //! | issue | requests in the driver `fetch_add` | the hardware queue's own word in the [`Host`] (its requests in the driver and its completions) | the issuers and completers of that hardware queue's requests |
 //! | finish | run claim compare-exchange `RUNNING -> 0` | the hardware context's | as the claim |
