@@ -81,7 +81,10 @@
 //! [tick](IO_TICK_NS) anything looked, read at each point above and written at most once per
 //! tick by whoever first sees the tick change; that one adds the ticks since the stamp when a
 //! completion brings it or anything is in flight. So the busy time has the tick's resolution,
-//! and the stamp's line is written once per tick, not per I/O.
+//! and the stamp's line is written once per tick, not per I/O. The stamp is kept as the
+//! time its next tick starts, so a look within the tick is one comparison; the queue's is
+//! looked at when a hardware queue's moves (a look within that one's tick would find the
+//! queue's up to date too), so an I/O reads one stamp, not two.
 
 use alloc::boxed::Box;
 use core::fmt;
@@ -588,51 +591,76 @@ impl Drop for Issuing<'_> {
     }
 }
 
+impl CpuPart {
+    /// The coarse reading of the submission `writer` is in, if it holds this CPU alone and
+    /// is in one.
+    #[inline(always)]
+    fn issued_at(&self, writer: Writer) -> Option<u64> {
+        if !writer.own {
+            return None;
+        }
+        match self.issuing.load(Ordering::Relaxed) {
+            NOT_ISSUING => None,
+            now => Some(now),
+        }
+    }
+}
+
 /// The busy time: the stamp of the last tick looked at, and the ticks counted busy.
 struct Busy {
-    stamp: AtomicU64,
+    /// Where the tick after the stamp's starts (ns): a reading below it is in the
+    /// stamp's tick (or before), and changes nothing, found with one comparison.
+    next_ns: AtomicU64,
     ticks: AtomicU64,
 }
 
 impl Busy {
     fn new(now_ns: u64) -> Self {
         Self {
-            stamp: AtomicU64::new(now_ns / IO_TICK_NS),
+            next_ns: AtomicU64::new(tick_end(now_ns / IO_TICK_NS)),
             ticks: AtomicU64::new(0),
         }
     }
 
     /// Linux's `update_io_ticks`: the first to see a new tick moves the stamp to it and,
     /// when this is a completion (`end`) or anything is in flight, counts the ticks since
-    /// the stamp as busy. Written at most once per tick; read otherwise.
+    /// the stamp as busy. Written at most once per tick; read otherwise. Whether it moved
+    /// the stamp.
     #[inline]
-    fn update(&self, now_ns: u64, end: bool, busy: impl FnOnce() -> bool) {
-        let now = now_ns / IO_TICK_NS;
-        let stamp = self.stamp.load(Ordering::Relaxed);
-        if now > stamp {
-            self.advance(stamp, now, end, busy);
-        }
+    fn update(&self, now_ns: u64, end: bool, busy: impl FnOnce() -> bool) -> bool {
+        let next = self.next_ns.load(Ordering::Relaxed);
+        now_ns >= next && self.advance(next, now_ns, end, busy)
     }
 
     /// The tick moved on: the one who moves the stamp counts the ticks between.
     #[cold]
     #[inline(never)]
-    fn advance(&self, stamp: u64, now: u64, end: bool, busy: impl FnOnce() -> bool) {
-        if self
-            .stamp
-            .compare_exchange(stamp, now, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
-            && (end || busy())
-        {
+    fn advance(&self, next: u64, now_ns: u64, end: bool, busy: impl FnOnce() -> bool) -> bool {
+        let (stamp, now) = (next / IO_TICK_NS - 1, now_ns / IO_TICK_NS);
+        let moved = self
+            .next_ns
+            .compare_exchange(next, tick_end(now), Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok();
+        if moved && (end || busy()) {
             self.ticks.fetch_add(now - stamp, Ordering::Relaxed);
         }
+        moved
     }
+}
+
+/// Where the tick after tick `tick` starts (ns).
+#[inline]
+fn tick_end(tick: u64) -> u64 {
+    (tick + 1).saturating_mul(IO_TICK_NS)
 }
 
 /// A request queue's accounting (present only when it is on).
 pub(crate) struct Accounting {
     nr_hctxs: usize,
     nr_cpus: usize,
+    /// Whether a submission may mark its CPU with its reading ([`issuing`](Self::issuing)):
+    /// its hardware queues do not block.
+    marks: bool,
     /// `parts[cpu * nr_hctxs + hctx]`, each on lines of its own.
     parts: Box<[CachePadded<Part>]>,
     /// Per CPU.
@@ -645,12 +673,15 @@ pub(crate) struct Accounting {
 
 impl Accounting {
     /// Counters at zero for `nr_cpus` CPUs and `nr_hctxs` hardware queues, the busy stamps at
-    /// `now_ns`.
-    pub(crate) fn new(nr_cpus: usize, nr_hctxs: usize, now_ns: u64) -> Self {
+    /// `now_ns`; `blocking`: the hardware queues may block
+    /// ([`TagSetFlags::BLOCKING`](crate::TagSetFlags::BLOCKING)), so no submission marks its
+    /// CPU ([`issuing`](Self::issuing)).
+    pub(crate) fn new(nr_cpus: usize, nr_hctxs: usize, now_ns: u64, blocking: bool) -> Self {
         let (nr_cpus, nr_hctxs) = (nr_cpus.max(1), nr_hctxs.max(1));
         Self {
             nr_hctxs,
             nr_cpus,
+            marks: !blocking,
             parts: (0..nr_cpus * nr_hctxs)
                 .map(|_| {
                     CachePadded::new(Part {
@@ -734,10 +765,18 @@ impl Accounting {
     }
 
     /// The busy stamps brought to `now_ns` on `hctx` (one of the queue's) and the queue.
+    ///
+    /// The queue's is looked at only when `hctx`'s moves: every move of a hardware queue's
+    /// stamp is followed by a look at the queue's with the same reading, so the queue's
+    /// stamp is never behind a hardware queue's for long, and a reading in `hctx`'s stamp's
+    /// tick is one the queue's has seen too (or is about to, from the one who moved
+    /// `hctx`'s). Linux's `update_io_ticks` for one device, once per I/O where Linux would
+    /// look at it every time and find nothing to do.
     #[inline]
     fn tick(&self, hctx: usize, now_ns: u64, end: bool) {
-        self.busy.update(now_ns, end, || self.any_in_flight(None));
-        self.hctx_busy[hctx].update(now_ns, end, || self.any_in_flight(Some(hctx)));
+        if self.hctx_busy[hctx].update(now_ns, end, || self.any_in_flight(Some(hctx))) {
+            self.busy.update(now_ns, end, || self.any_in_flight(None));
+        }
     }
 
     /// A request of `op` made by `writer` for `hctx` at `now_ns`.
@@ -751,10 +790,11 @@ impl Accounting {
 
     /// Marks `writer`'s CPU as in a submission that read the coarse clock at `now_ns` and
     /// may end requests before it returns, until the [`Issuing`] returned is dropped;
-    /// `None` (nothing marked) unless `writer` holds its CPU alone.
+    /// `None` (nothing marked) unless `writer` holds its CPU alone and the hardware queues do
+    /// not block.
     #[inline]
     pub(crate) fn issuing(&self, writer: Writer, now_ns: u64) -> Option<Issuing<'_>> {
-        if !writer.own || now_ns == NOT_ISSUING {
+        if !writer.own || !self.marks || now_ns == NOT_ISSUING {
             return None;
         }
         let slot = &self.cpus[writer.cpu].issuing;
@@ -764,15 +804,9 @@ impl Accounting {
 
     /// The coarse reading of the submission `writer` is in (see
     /// [`issuing`](Self::issuing)), if it holds its CPU alone and is in one.
-    #[inline]
-    pub(crate) fn issued_at(&self, writer: Writer) -> Option<u64> {
-        if !writer.own {
-            return None;
-        }
-        match self.cpus[writer.cpu].issuing.load(Ordering::Relaxed) {
-            NOT_ISSUING => None,
-            now => Some(now),
-        }
+    #[cfg(test)]
+    fn issued_at(&self, writer: Writer) -> Option<u64> {
+        self.cpus[writer.cpu].issued_at(writer)
     }
 
     /// A merge of `group` counted by `writer` on `hctx`; `merged_away` when a made request
@@ -787,9 +821,13 @@ impl Accounting {
         }
     }
 
-    /// A request of `group` of `sectors`, made at `start_ns`, completed at `now_ns`, counted
-    /// by `writer` on `hctx`.
+    /// A request of `group` of `sectors`, made at `start_ns`, completed, counted by `writer`
+    /// on `hctx`. It ended at `now`'s reading; with none yet, at the coarse reading of the
+    /// submission `writer` is in (see [`issuing`](Self::issuing)), else at `clock()`'s,
+    /// which it keeps in `now` for the next completion of a batch. Never before its start:
+    /// a submission's reading may predate a request another CPU made since.
     #[inline]
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn done(
         &self,
         writer: Writer,
@@ -797,18 +835,22 @@ impl Accounting {
         group: OpGroup,
         sectors: u64,
         start_ns: u64,
-        now_ns: u64,
+        now: &mut Option<u64>,
+        clock: impl FnOnce() -> u64,
     ) {
+        let cpu = &self.cpus[writer.cpu];
+        let now_ns = *now.get_or_insert_with(|| cpu.issued_at(writer).unwrap_or_else(clock));
+        let now_ns = now_ns.max(start_ns);
         let hctx = hctx.min(self.nr_hctxs - 1);
         self.tick(hctx, now_ns, true);
-        let took = now_ns.saturating_sub(start_ns);
+        let took = now_ns - start_ns;
         let g = group as usize;
         let own = writer.own;
         let counts = self.counts_of(writer, hctx);
         add(&counts.ios[g], 1, own);
         add(&counts.sectors[g], sectors, own);
         add(&counts.nsecs[g], took, own);
-        let histogram = &self.cpus[writer.cpu].latency[usize::from(!own)][g];
+        let histogram = &cpu.latency[usize::from(!own)][g];
         add(&histogram[Latency::bucket(took)], 1, own);
     }
 
@@ -816,9 +858,9 @@ impl Accounting {
     pub(crate) fn read(&self, hctx: Option<usize>, now_ns: u64) -> IoStats {
         let busy = match hctx {
             Some(h) => {
-                let busy = &self.hctx_busy[h.min(self.nr_hctxs - 1)];
-                busy.update(now_ns, false, || self.any_in_flight(Some(h)));
-                busy
+                let h = h.min(self.nr_hctxs - 1);
+                self.tick(h, now_ns, false);
+                &*self.hctx_busy[h]
             }
             None => {
                 self.busy.update(now_ns, false, || self.any_in_flight(None));
@@ -883,13 +925,29 @@ mod tests {
 
     #[test]
     fn both_halves_of_a_part_count_and_sum() {
-        let acct = Accounting::new(2, 1, 0);
+        let acct = Accounting::new(2, 1, 0, false);
         acct.started(own(0), 0, Op::Read, 0);
         acct.started(shared(0), 0, Op::Read, 0);
         acct.started(own(1), 0, Op::Write, 0);
         acct.merged(shared(1), 0, OpGroup::Write, false);
-        acct.done(shared(1), 0, OpGroup::Read, 8, 0, 10);
-        acct.done(own(0), 0, OpGroup::Read, 16, 0, 20);
+        acct.done(
+            shared(1),
+            0,
+            OpGroup::Read,
+            8,
+            0,
+            &mut Some(10),
+            || unreachable!(),
+        );
+        acct.done(
+            own(0),
+            0,
+            OpGroup::Read,
+            16,
+            0,
+            &mut Some(20),
+            || unreachable!(),
+        );
         let stats = acct.read(None, 20);
         assert_eq!(stats.in_flight, [0, 1]);
         assert_eq!(
@@ -907,7 +965,7 @@ mod tests {
 
     #[test]
     fn a_writer_owns_its_half_only_on_a_cpu_of_the_queue() {
-        let acct = Accounting::new(2, 1, 0);
+        let acct = Accounting::new(2, 1, 0, false);
         let w = acct.writer(Some(1), || unreachable!("the held CPU serves"));
         assert!(w.own && w.cpu == 1);
         // CPU 5 would fold onto part 1 with CPU 1's holder: the shared half.
@@ -919,10 +977,18 @@ mod tests {
 
     #[test]
     fn in_flight_moves_between_cpus_and_sums_to_zero() {
-        let acct = Accounting::new(2, 2, 0);
+        let acct = Accounting::new(2, 2, 0, false);
         acct.started(shared(0), 1, Op::Write, 10);
         assert_eq!(acct.read(Some(1), 10).in_flight, [0, 1]);
-        acct.done(shared(1), 1, OpGroup::Write, 8, 10, 40);
+        acct.done(
+            shared(1),
+            1,
+            OpGroup::Write,
+            8,
+            10,
+            &mut Some(40),
+            || unreachable!(),
+        );
         let stats = acct.read(None, 40);
         assert_eq!(stats.in_flight, [0, 0]);
         assert_eq!(
@@ -941,9 +1007,17 @@ mod tests {
     #[test]
     fn busy_time_counts_ticks_with_anything_in_flight() {
         let t = IO_TICK_NS;
-        let acct = Accounting::new(1, 1, 0);
+        let acct = Accounting::new(1, 1, 0, false);
         acct.started(shared(0), 0, Op::Read, t / 2); // same tick: nothing to add
-        acct.done(shared(0), 0, OpGroup::Read, 8, t / 2, 3 * t + 1); // 3 ticks busy
+        acct.done(
+            shared(0),
+            0,
+            OpGroup::Read,
+            8,
+            t / 2,
+            &mut Some(3 * t + 1),
+            || unreachable!(),
+        ); // 3 ticks busy
         assert_eq!(acct.read(None, 3 * t + 1).io_ticks_ns, 3 * t);
         // Idle from tick 3 to 10: a start there adds nothing (nothing was in flight).
         acct.started(shared(0), 0, Op::Read, 10 * t);
@@ -955,7 +1029,7 @@ mod tests {
 
     #[test]
     fn a_submissions_mark_serves_its_holder_until_dropped() {
-        let acct = Accounting::new(2, 1, 0);
+        let acct = Accounting::new(2, 1, 0, false);
         assert!(acct.issuing(shared(0), 5).is_none());
         let mark = acct.issuing(own(1), 7).unwrap();
         assert_eq!(acct.issued_at(own(1)), Some(7));
@@ -966,11 +1040,87 @@ mod tests {
         );
         drop(mark);
         assert_eq!(acct.issued_at(own(1)), None);
+        // Hardware queues that may block: no submission marks its CPU.
+        let blocking = Accounting::new(2, 1, 0, true);
+        assert!(blocking.issuing(own(1), 7).is_none());
+        assert_eq!(blocking.issued_at(own(1)), None);
+    }
+
+    /// One step of a single-threaded run: a request started or ended on a hardware queue,
+    /// or a reading of one, after the clock moved on by some ticks and nanoseconds.
+    #[derive(Clone, Debug)]
+    enum Step {
+        Start(usize),
+        End(usize),
+        Read(Option<usize>),
+    }
+
+    fn step() -> impl proptest::strategy::Strategy<Value = (Step, u64)> {
+        use proptest::prelude::*;
+        let action = prop_oneof![
+            (0..3usize).prop_map(Step::Start),
+            (0..3usize).prop_map(Step::End),
+            proptest::option::of(0..3usize).prop_map(Step::Read),
+        ];
+        // Mostly within a tick, sometimes several ticks on.
+        let advance = prop_oneof![0..IO_TICK_NS / 4, 0..4 * IO_TICK_NS];
+        (action, advance)
+    }
+
+    proptest::proptest! {
+        /// The queue's busy time, looked at only when a hardware queue's stamp moves, is
+        /// Linux's `update_io_ticks` looked at on every start, end and reading: a
+        /// reference stamp updated at each, with the same in-flight count.
+        #[test]
+        fn the_queues_busy_time_is_the_one_updated_at_every_look(
+            steps in proptest::collection::vec(step(), 1..200)
+        ) {
+            let acct = Accounting::new(1, 3, 0, false);
+            let reference = Busy::new(0);
+            let mut in_flight = [0u64; 3];
+            let mut now = 0u64;
+            for (step, advance) in steps {
+                now += advance;
+                match step {
+                    Step::Start(h) => {
+                        let busy = in_flight.iter().sum::<u64>() != 0;
+                        reference.update(now, false, || busy);
+                        acct.started(shared(0), h, Op::Read, now);
+                        in_flight[h] += 1;
+                    }
+                    Step::End(h) if in_flight[h] > 0 => {
+                        reference.update(now, true, || true);
+                        acct.done(shared(0), h, OpGroup::Read, 8, 0, &mut Some(now), || unreachable!());
+                        in_flight[h] -= 1;
+                    }
+                    Step::End(_) => {}
+                    Step::Read(h) => {
+                        let busy = in_flight.iter().sum::<u64>() != 0;
+                        reference.update(now, false, || busy);
+                        let stats = acct.read(h, now);
+                        if h.is_none() {
+                            proptest::prop_assert_eq!(
+                                stats.io_ticks_ns,
+                                reference.ticks.load(Ordering::Relaxed) * IO_TICK_NS
+                            );
+                        }
+                        if let Some(h) = h {
+                            proptest::prop_assert_eq!(stats.in_flight[0], in_flight[h]);
+                        }
+                    }
+                }
+                // The queue's stamp as it stands, not brought up to date by a reading.
+                proptest::prop_assert_eq!(
+                    acct.busy.ticks.load(Ordering::Relaxed),
+                    reference.ticks.load(Ordering::Relaxed)
+                );
+            }
+        }
     }
 
     #[test]
     fn merged_away_requests_leave_in_flight() {
-        let acct = Accounting::new(1, 1, 0);
+        let acct = Accounting::new(1, 1, 0, false);
         acct.started(shared(0), 0, Op::Read, 0);
         acct.started(shared(0), 0, Op::Read, 0);
         acct.merged(shared(0), 0, OpGroup::Read, true);

@@ -11,7 +11,6 @@ use crate::driver::Driver;
 use crate::platform::Platform;
 use crate::request::{Rq, RqIo};
 use crate::stats::{Accounting, IoStats, Issuing, Latency, OpGroup, Writer, stamp_start};
-use crate::tagset::TagSetFlags;
 
 use super::RequestQueue;
 
@@ -67,12 +66,7 @@ impl<D: Driver> RequestQueue<D> {
         }
         let writer = self.acct_writer(acct, || cpu);
         acct.started(writer, hctx, op, now);
-        let issuing = if self.host.set.flags().contains(TagSetFlags::BLOCKING) {
-            None
-        } else {
-            acct.issuing(writer, now)
-        };
-        (Some(now), issuing)
+        (Some(now), acct.issuing(writer, now))
     }
 
     /// `bio` merged into a request of `hctx`.
@@ -111,13 +105,9 @@ impl<D: Driver> RequestQueue<D> {
         };
         if let Some(group) = counted_group(io) {
             let writer = self.acct_writer(acct, || self.cpu());
-            let now = *now.get_or_insert_with(|| {
-                acct.issued_at(writer)
-                    .unwrap_or_else(|| self.platform().coarse_now_ns())
+            acct.done(writer, hctx, group, io.sectors(), io.alloc_ns, now, || {
+                self.platform().coarse_now_ns()
             });
-            // A submission's reading may predate a request another CPU made since.
-            let end = now.max(io.alloc_ns);
-            acct.done(writer, hctx, group, io.sectors(), io.alloc_ns, end);
         }
     }
 

@@ -449,7 +449,12 @@ impl<D: Driver> RequestQueue<D> {
             thaw: lock_api::Mutex::new(wait::ThawList::default()),
             tracer: config.tracer,
             acct: config.accounting.then(|| {
-                crate::stats::Accounting::new(nr_cpus, nr_hw, set.platform().coarse_now_ns())
+                crate::stats::Accounting::new(
+                    nr_cpus,
+                    nr_hw,
+                    set.platform().coarse_now_ns(),
+                    set.flags().contains(crate::tagset::TagSetFlags::BLOCKING),
+                )
             }),
         });
         slots[slot] = Some(Arc::downgrade(&queue));
