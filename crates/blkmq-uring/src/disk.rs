@@ -478,15 +478,15 @@ impl Shared {
         last: bool,
     ) -> Result<(), Rejected> {
         match self.prepare(queue, &rq) {
-            Ok((entry, tag, bytes)) => {
+            Ok(op) => {
                 let ring = &self.rings[hctx];
-                let slot = &ring.slots[tag];
-                // SAFETY: we hold the request of driver tag `tag` on this ring (see `Slot`).
+                let slot = &ring.slots[op.tag];
+                // SAFETY: we hold the request of driver tag `op.tag` on this ring (see `Slot`).
                 unsafe {
                     *slot.rq.get() = Some(rq);
-                    *slot.bytes.get() = bytes;
+                    *slot.bytes.get() = op.bytes;
                 }
-                let entry = entry.user_data(tag as u64);
+                let entry = op.entry();
                 if self.hold(hctx, &entry) {
                     return Ok(());
                 }
@@ -557,12 +557,9 @@ impl Shared {
         })
     }
 
-    /// The request's operation, its driver tag and the bytes it moves.
-    fn prepare(
-        &self,
-        queue: &RequestQueue<UringDisk>,
-        rq: &Rq,
-    ) -> Result<(squeue::Entry, usize, u64), Status> {
+    /// The request's operation: what its entry is made of, its driver tag and the bytes it
+    /// moves.
+    fn prepare(&self, queue: &RequestQueue<UringDisk>, rq: &Rq) -> Result<Prepared, Status> {
         if !self.serves(queue) {
             return Err(Status::IoErr);
         }
@@ -572,10 +569,10 @@ impl Shared {
             return Err(Status::IoErr);
         }
         let io = queue.io(rq).ok_or(Status::IoErr)?;
-        let mut fd = types::Fd(self.file.as_raw_fd());
+        let mut fd = self.file.as_raw_fd();
         let offset = io.sector() * SECTOR_SIZE;
         let len = io.sectors() * SECTOR_SIZE;
-        let entry = match io.op() {
+        let (kind, addr, count, rw_flags) = match io.op() {
             op @ (Op::Read | Op::Write) => {
                 // Addresses are only ever this process's pointers: a bio naming no buffer
                 // has none to move.
@@ -603,7 +600,10 @@ impl Shared {
                 let mut n = 0usize;
                 let mask = u64::from(self.block) - 1;
                 let mut unaligned = 0u64;
-                for seg in queue.segments(rq).ok_or(Status::IoErr)? {
+                let Some(segments) = queue.segments(rq) else {
+                    return Err(Status::IoErr);
+                };
+                for seg in segments {
                     if seg.len == 0 {
                         continue;
                     }
@@ -634,7 +634,7 @@ impl Shared {
                 }
                 if unaligned & mask != 0 {
                     if let Some(buffered) = &self.buffered {
-                        fd = types::Fd(buffered.as_raw_fd());
+                        fd = buffered.as_raw_fd();
                     }
                 }
                 let flags = if op == Op::Write && io.flags().contains(BioFlags::FUA) {
@@ -644,38 +644,27 @@ impl Shared {
                 };
                 // One buffer: a plain read or write, which spares the kernel the iovec.
                 match (op, n) {
-                    (Op::Read, 1) => {
-                        opcode::Read::new(fd, first.iov_base.cast(), first.iov_len as u32)
-                            .offset(offset)
-                            .build()
-                    }
-                    (Op::Read, _) => opcode::Readv::new(fd, iov.as_ptr(), n as u32)
-                        .offset(offset)
-                        .build(),
-                    (_, 1) => opcode::Write::new(fd, first.iov_base.cast(), first.iov_len as u32)
-                        .offset(offset)
-                        .rw_flags(flags)
-                        .build(),
-                    _ => opcode::Writev::new(fd, iov.as_ptr(), n as u32)
-                        .offset(offset)
-                        .rw_flags(flags)
-                        .build(),
+                    (Op::Read, 1) => (Kind::Read, first.iov_base as u64, first.iov_len, 0),
+                    (Op::Read, _) => (Kind::Readv, iov.as_ptr() as u64, n, 0),
+                    (_, 1) => (Kind::Write, first.iov_base as u64, first.iov_len, flags),
+                    _ => (Kind::Writev, iov.as_ptr() as u64, n, flags),
                 }
             }
-            Op::Flush => opcode::Fsync::new(fd)
-                .flags(types::FsyncFlags::DATASYNC)
-                .build(),
-            Op::Discard => opcode::Fallocate::new(fd, len)
-                .offset(offset)
-                .mode(libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE)
-                .build(),
-            Op::WriteZeroes => opcode::Fallocate::new(fd, len)
-                .offset(offset)
-                .mode(libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE)
-                .build(),
+            Op::Flush => (Kind::Fsync, 0, 0, 0),
+            Op::Discard => (Kind::PunchHole, 0, 0, 0),
+            Op::WriteZeroes => (Kind::ZeroRange, 0, 0, 0),
         };
-        let bytes = if io.op().has_data() { len } else { 0 };
-        Ok((entry, tag, bytes))
+        Ok(Prepared {
+            kind,
+            fd,
+            offset,
+            addr,
+            count: count as u32,
+            len,
+            rw_flags,
+            tag,
+            bytes: if io.op().has_data() { len } else { 0 },
+        })
     }
 
     /// The reaper of ring `hctx`: waits for completions and ends their requests, until
@@ -827,6 +816,73 @@ impl Shared {
                 let _ = queue.end_request(rq, Status::IoErr);
             }
         }
+    }
+}
+
+/// What a request's operation is made of, found by [`Shared::prepare`]; the entry itself is
+/// made where it goes ([`Prepared::entry`]), not carried through the checks that may
+/// refuse it.
+struct Prepared {
+    kind: Kind,
+    fd: i32,
+    offset: u64,
+    /// The buffer (one), or the iovec table (several).
+    addr: u64,
+    /// The buffer's bytes, or the iovecs.
+    count: u32,
+    /// The range's bytes (a discard's or a zeroing's).
+    len: u64,
+    rw_flags: i32,
+    tag: usize,
+    /// The bytes the operation moves (reads and writes).
+    bytes: u64,
+}
+
+/// The operation of a [`Prepared`].
+#[derive(Clone, Copy)]
+enum Kind {
+    Read,
+    Readv,
+    Write,
+    Writev,
+    Fsync,
+    PunchHole,
+    ZeroRange,
+}
+
+impl Prepared {
+    /// The submission entry, its user data the driver tag.
+    #[inline(always)]
+    fn entry(&self) -> squeue::Entry {
+        let fd = types::Fd(self.fd);
+        let entry = match self.kind {
+            Kind::Read => opcode::Read::new(fd, self.addr as *mut u8, self.count)
+                .offset(self.offset)
+                .build(),
+            Kind::Readv => opcode::Readv::new(fd, self.addr as *const libc::iovec, self.count)
+                .offset(self.offset)
+                .build(),
+            Kind::Write => opcode::Write::new(fd, self.addr as *const u8, self.count)
+                .offset(self.offset)
+                .rw_flags(self.rw_flags)
+                .build(),
+            Kind::Writev => opcode::Writev::new(fd, self.addr as *const libc::iovec, self.count)
+                .offset(self.offset)
+                .rw_flags(self.rw_flags)
+                .build(),
+            Kind::Fsync => opcode::Fsync::new(fd)
+                .flags(types::FsyncFlags::DATASYNC)
+                .build(),
+            Kind::PunchHole => opcode::Fallocate::new(fd, self.len)
+                .offset(self.offset)
+                .mode(libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE)
+                .build(),
+            Kind::ZeroRange => opcode::Fallocate::new(fd, self.len)
+                .offset(self.offset)
+                .mode(libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE)
+                .build(),
+        };
+        entry.user_data(self.tag as u64)
     }
 }
 

@@ -24,8 +24,11 @@ impl<D: Driver> RequestQueue<D> {
     /// assert_eq!(segs, [Segment::new(0x10000, 4096)]);
     /// queue.end_request(rq, Status::Ok).unwrap();
     /// ```
+    #[inline]
     pub fn segments<'a>(&'a self, rq: &'a Rq) -> Option<RqSegments<'a>> {
-        self.tags().segments(rq).ok()
+        // Made in place from the I/O found, not moved out of a `Result` into an `Option`.
+        let tags = self.tags();
+        tags.io(rq).ok().map(|io| tags.segments_of(io))
     }
 
     /// Maps a request's data into the driver's scatter-gather `table` within the queue's

@@ -525,7 +525,13 @@ impl<T, P: Platform> QueueTags<T, P> {
     /// queue.free(rq).unwrap();
     /// ```
     pub fn segments<'a>(&'a self, rq: &'a Rq) -> Result<RqSegments<'a>, TagError> {
-        Ok(RqSegments::new(self.io(rq)?, &self.set.bios))
+        Ok(self.segments_of(self.io(rq)?))
+    }
+
+    /// The data segments of `io`, a request's I/O of these tags.
+    #[inline]
+    pub(crate) fn segments_of<'a>(&'a self, io: &'a RqIo) -> RqSegments<'a> {
+        RqSegments::new(io, &self.set.bios)
     }
 
     // ----- life cycle -----
