@@ -7,7 +7,7 @@
 //! * [`merge_into`]: a bio into one request, checked and done. A plug tries the newest
 //!   request of its queue (`Plug::try_merge`, after the elevator's `allow_merge` when the
 //!   queue has one); without an elevator, a submission tries the newest requests of its
-//!   CPU's software queue (`RequestQueue::try_ctx_merge`); an elevator merges through
+//!   CPU's software queue (`RequestQueue::ctx_merge_locked`); an elevator merges through
 //!   [`ElvCx::merge_bio`], by the same rules.
 //! * [`QueueTags::append_bio`], [`QueueTags::prepend_bio`] and
 //!   [`QueueTags::merge_requests`]: the merges themselves, once a rule allowed them.

@@ -221,6 +221,36 @@ impl TraceEvent {
         }
     }
 
+    /// The Q, G and D a direct issue stands for ([`Tracer::direct_issue`]), this being its
+    /// D: the G is this event with its action, the Q also without hardware queue and tag
+    /// (the bio's range, operation, flags and issuer are the request's, which it made).
+    ///
+    /// ```
+    /// use blkmq_core::{Action, NO_HCTX, NO_TAG, TraceEvent};
+    /// let d = TraceEvent { sector: 8, sectors: 8, hctx: 1, tag: 4, ..TraceEvent::new(Action::Issue, 5) };
+    /// let [q, g, issue] = d.direct_issue_events();
+    /// assert_eq!((q.action, q.hctx, q.tag, q.sector, q.time_ns), (Action::Queue, NO_HCTX, NO_TAG, 8, 5));
+    /// assert_eq!((g.action, g.hctx, g.tag), (Action::GetRq, 1, 4));
+    /// assert_eq!(issue, d);
+    /// ```
+    pub const fn direct_issue_events(&self) -> [TraceEvent; 3] {
+        let issue = TraceEvent {
+            action: Action::Issue,
+            ..*self
+        };
+        let get_rq = TraceEvent {
+            action: Action::GetRq,
+            ..issue
+        };
+        let queue = TraceEvent {
+            action: Action::Queue,
+            hctx: NO_HCTX,
+            tag: crate::request::NO_TAG,
+            ..issue
+        };
+        [queue, get_rq, issue]
+    }
+
     /// The sector after the range.
     ///
     /// ```
@@ -424,4 +454,34 @@ fn status_word(status: Status) -> &'static str {
 pub trait Tracer: Send + Sync {
     /// One event happened.
     fn event(&self, event: &TraceEvent);
+
+    /// A bio's Q, G and D, told at once: its submission made a request for it and issued
+    /// it to the driver straight away, the common submission without an elevator or a
+    /// plug. `issue` is the D; the Q and G are made of it
+    /// ([`TraceEvent::direct_issue_events`]), and all three have its time, as the queue
+    /// stamps them with one reading anyway.
+    ///
+    /// The default tells the three to [`event`](Self::event), in order, so a tracer that
+    /// implements only `event` sees every event as it would one by one; one that keeps
+    /// events may keep these as one record ([`RingTracer`] keeps them in one slot).
+    ///
+    /// ```
+    /// use blkmq_core::{Action, TraceEvent, Tracer};
+    /// use std::sync::Mutex;
+    ///
+    /// struct Letters(Mutex<String>);
+    /// impl Tracer for Letters {
+    ///     fn event(&self, event: &TraceEvent) {
+    ///         self.0.lock().unwrap().push(event.action.letter());
+    ///     }
+    /// }
+    /// let letters = Letters(Mutex::new(String::new()));
+    /// letters.direct_issue(&TraceEvent { tag: 3, hctx: 0, ..TraceEvent::new(Action::Issue, 9) });
+    /// assert_eq!(*letters.0.lock().unwrap(), "QGD");
+    /// ```
+    fn direct_issue(&self, issue: &TraceEvent) {
+        for event in issue.direct_issue_events() {
+            self.event(&event);
+        }
+    }
 }

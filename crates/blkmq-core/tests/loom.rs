@@ -348,8 +348,19 @@ fn trace_event(cpu: u32, time_ns: u64) -> blkmq_core::TraceEvent {
     }
 }
 
-/// A writer publishes into a trace ring while its reader drains it: every event is read
-/// once, whole and in order, none lost, none dropped (the ring has room for them all).
+/// A direct issue's D of the trace ring's models (its Q and G with it): `time_ns` names it.
+fn issue_event(cpu: u32, time_ns: u64) -> blkmq_core::TraceEvent {
+    blkmq_core::TraceEvent {
+        cpu,
+        hctx: 0,
+        tag: 1,
+        ..blkmq_core::TraceEvent::new(blkmq_core::Action::Issue, time_ns)
+    }
+}
+
+/// A writer publishes into a trace ring (a direct issue's three events in one slot, then
+/// one event) while its reader drains it: every event is read once, whole and in order,
+/// numbered in order, none lost, none dropped (the ring has room for them all).
 #[test]
 fn trace_ring_writer_against_its_reader() {
     use blkmq_core::{RingTracer, Tracer};
@@ -358,15 +369,15 @@ fn trace_ring_writer_against_its_reader() {
         let writer = {
             let rings = rings.clone();
             thread::spawn(move || {
-                rings.event(&trace_event(0, 1));
+                rings.direct_issue(&issue_event(0, 1));
                 rings.event(&trace_event(0, 2));
             })
         };
         let mut seen = Vec::new();
-        rings.drain(|e| seen.push((e.time_ns, e.seq)));
+        rings.drain(|e| seen.push((e.time_ns, e.seq, e.action.letter())));
         writer.join().unwrap();
-        rings.drain(|e| seen.push((e.time_ns, e.seq)));
-        assert_eq!(seen, [(1, 0), (2, 1)]);
+        rings.drain(|e| seen.push((e.time_ns, e.seq, e.action.letter())));
+        assert_eq!(seen, [(1, 0, 'Q'), (1, 1, 'G'), (1, 2, 'D'), (2, 3, 'Q')]);
         assert_eq!(rings.dropped(), 0);
     });
 }
@@ -409,14 +420,15 @@ fn trace_ring_two_writers_and_a_reader_on_a_full_ring() {
     });
 }
 
-/// Two readers drain one ring while a writer publishes: each event is read once and whole,
-/// by one of them, each reader's in the ring's order, none dropped.
+/// Two readers drain one ring (a direct issue's three events in its first slot) while a
+/// writer publishes: each event is read once and whole, by one of them, each reader's in
+/// the ring's order, numbered once each, none dropped.
 #[test]
 fn trace_ring_two_readers_and_a_writer() {
     use blkmq_core::{RingTracer, Tracer};
     model(|| {
         let rings = Arc::new(RingTracer::new(1, 2));
-        rings.event(&trace_event(0, 1));
+        rings.direct_issue(&issue_event(0, 1));
         let writer = {
             let rings = rings.clone();
             thread::spawn(move || rings.event(&trace_event(0, 2)))
@@ -442,7 +454,7 @@ fn trace_ring_two_readers_and_a_writer() {
         }
         let mut all: Vec<_> = mine.iter().chain(&theirs).copied().collect();
         all.sort_unstable();
-        assert_eq!(all, [(1, 0), (2, 1)]);
+        assert_eq!(all, [(1, 0), (1, 1), (1, 2), (2, 3)]);
         assert_eq!(rings.dropped(), 0);
     });
 }

@@ -170,11 +170,119 @@ fn a_split_merged_requeued_bio_has_blktraces_events_in_order() {
     assert_eq!(summary.unmatched, 0);
 }
 
+/// A tracer that keeps every event it is told, one by one, in a list.
+#[derive(Default)]
+struct Kept(std::sync::Mutex<Vec<TraceEvent>>);
+
+impl Tracer for Kept {
+    fn event(&self, event: &TraceEvent) {
+        self.0.lock().unwrap().push(*event);
+    }
+}
+
+/// A queue of 8 tags traced by `tracer`, with the test's clock.
+fn traced_by(tracer: Arc<dyn Tracer>) -> (Arc<Host<Hold<Clock>>>, Queue) {
+    let host = Host::new(TagSet::builder(8), Clock(AtomicU64::new(0)), Hold::new()).unwrap();
+    let queue = host
+        .add_queue(QueueConfig::new(QueueLimits::new(1024)).tracer(tracer))
+        .unwrap();
+    (host, queue)
+}
+
+/// Bios submitted one by one, without a plug: one issued at once, one queued behind a
+/// stopped hardware queue and one merged into it there, one turned back by a frozen queue.
+fn unplugged_bios(host: &Host<Hold<Clock>>, queue: &Queue) {
+    set_time(queue, 100);
+    queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    set_time(queue, 200);
+    queue.stop_hw_queue(0);
+    queue
+        .submit(Bio::new(Op::Read, 64, 8).issuer(IssuerId(5)))
+        .unwrap();
+    set_time(queue, 300);
+    queue.submit(Bio::new(Op::Read, 72, 8)).unwrap();
+    set_time(queue, 400);
+    queue.start_hw_queue(0);
+    set_time(queue, 500);
+    queue.freeze_start();
+    assert!(queue.submit(Bio::new(Op::Write, 128, 8)).is_err());
+    queue.unfreeze();
+    set_time(queue, 600);
+    let held = host.driver().take();
+    assert_eq!(held.len(), 2);
+    queue
+        .end_requests(held.into_iter().map(|rq| (rq, Status::Ok)))
+        .unwrap();
+}
+
+#[test]
+fn a_bio_issued_at_once_has_its_q_g_and_d_and_the_others_theirs() {
+    let rings = Arc::new(RingTracer::new(1, 64));
+    let (host, queue) = traced_by(rings.clone());
+    unplugged_bios(&host, &queue);
+    let from_rings = rings.drain_sorted();
+    let kept = Arc::new(Kept::default());
+    let (host, queue) = traced_by(kept.clone());
+    unplugged_bios(&host, &queue);
+    let told = kept.0.lock().unwrap().clone();
+
+    for events in [&from_rings, &told] {
+        let (a, b) = (events[1].tag, events[4].tag);
+        let none = NO_TAG;
+        let ok = Status::Ok;
+        assert_eq!(
+            seen(events),
+            [
+                ('Q', 100, 0, 8, none, ok),
+                ('G', 100, 0, 8, a, ok),
+                ('D', 100, 0, 8, a, ok),
+                ('Q', 200, 64, 8, none, ok),
+                ('G', 200, 64, 8, b, ok),
+                ('I', 200, 64, 8, b, ok),
+                ('Q', 300, 72, 8, none, ok),
+                ('M', 300, 72, 8, b, ok),
+                ('D', 400, 64, 16, b, ok),
+                ('Q', 500, 128, 8, none, ok),
+                ('C', 600, 0, 8, a, ok),
+                ('C', 600, 64, 16, b, ok),
+            ]
+        );
+        assert_ne!(a, b);
+        for e in events.iter() {
+            let expect = if e.action.is_request() { 0 } else { NO_HCTX };
+            assert_eq!(e.hctx, expect, "{e}");
+            assert_eq!((e.queue, e.cpu), (queue_id(events), 0), "{e}");
+        }
+        let issuers: Vec<u32> = events.iter().map(|e| e.issuer.0).collect();
+        assert_eq!(issuers, [0, 0, 0, 5, 5, 5, 0, 0, 5, 0, 0, 5]);
+        let ops: String = events
+            .iter()
+            .map(|e| e.rwbs().as_str().to_owned())
+            .collect();
+        assert_eq!(ops, "RRRRRRRRRWRR");
+    }
+    // The ring numbers its events in order.
+    assert!(
+        from_rings
+            .iter()
+            .enumerate()
+            .all(|(i, e)| e.seq == i as u64)
+    );
+    assert_eq!(rings.dropped(), 0);
+}
+
+/// The queue every event names (they all name the same one).
+fn queue_id(events: &[TraceEvent]) -> u32 {
+    events[0].queue
+}
+
 /// What the ring tracer is asked to do in the model test.
 #[derive(Clone, Debug)]
 enum RingOp {
     /// An event on a CPU (beyond the rings: wraps around them).
     Event { cpu: u32 },
+    /// A direct issue's Q, G and D on a CPU.
+    DirectIssue { cpu: u32 },
     /// Drain everything.
     Drain,
 }
@@ -182,14 +290,16 @@ enum RingOp {
 fn ring_op() -> impl Strategy<Value = RingOp> {
     prop_oneof![
         4 => (0u32..4).prop_map(|cpu| RingOp::Event { cpu }),
+        2 => (0u32..4).prop_map(|cpu| RingOp::DirectIssue { cpu }),
         1 => Just(RingOp::Drain),
     ]
 }
 
 proptest! {
-    /// The ring tracer against a model: per ring a queue of bounded length, events beyond it
-    /// counted as dropped, each kept event numbered by its ring in order, a drain giving ring
-    /// 0's events first, each ring's oldest first.
+    /// The ring tracer against a model: per ring a queue of bounded length of slots (an
+    /// event, or a direct issue's three), what finds it full counted as dropped events, each
+    /// kept event numbered by its ring in order as it is taken, a drain giving ring 0's
+    /// events first, each ring's oldest first.
     #[test]
     fn ring_tracer_matches_its_model(
         nr_rings in 1usize..4,
@@ -199,27 +309,42 @@ proptest! {
         let rings = RingTracer::new(nr_rings, capacity);
         let room = capacity.max(2).next_power_of_two();
         prop_assert_eq!(rings.capacity(), room);
-        let mut model: Vec<std::collections::VecDeque<(u32, u64, u64)>> =
+        // Per ring its slots, each the (cpu, time, letters) of what it holds.
+        let mut model: Vec<std::collections::VecDeque<(u32, u64, &str)>> =
             vec![Default::default(); nr_rings];
         let mut next_seq = vec![0u64; nr_rings];
         let mut dropped = 0u64;
         for (time, op) in ops.into_iter().enumerate() {
             let time = time as u64;
             match op {
-                RingOp::Event { cpu } => {
-                    rings.event(&TraceEvent { cpu, ..TraceEvent::new(Action::Queue, time) });
+                RingOp::Event { cpu } | RingOp::DirectIssue { cpu } => {
+                    let letters = if let RingOp::Event { .. } = op {
+                        rings.event(&TraceEvent { cpu, ..TraceEvent::new(Action::Queue, time) });
+                        "Q"
+                    } else {
+                        let issue = TraceEvent { cpu, hctx: 0, tag: 2, ..TraceEvent::new(Action::Issue, time) };
+                        rings.direct_issue(&issue);
+                        "QGD"
+                    };
                     let r = cpu as usize % nr_rings;
                     if model[r].len() == room {
-                        dropped += 1;
+                        dropped += letters.len() as u64;
                     } else {
-                        model[r].push_back((cpu, next_seq[r], time));
-                        next_seq[r] += 1;
+                        model[r].push_back((cpu, time, letters));
                     }
                 }
                 RingOp::Drain => {
                     let mut got = Vec::new();
-                    let n = rings.drain(|e| got.push((e.cpu, e.seq, e.time_ns)));
-                    let want: Vec<_> = model.iter_mut().flat_map(|q| q.drain(..)).collect();
+                    let n = rings.drain(|e| got.push((e.cpu, e.seq, e.time_ns, e.action.letter())));
+                    let mut want = Vec::new();
+                    for (r, slots) in model.iter_mut().enumerate() {
+                        for (cpu, time, letters) in slots.drain(..) {
+                            for letter in letters.chars() {
+                                want.push((cpu, next_seq[r], time, letter));
+                                next_seq[r] += 1;
+                            }
+                        }
+                    }
                     prop_assert_eq!(n, want.len());
                     prop_assert_eq!(got, want);
                 }

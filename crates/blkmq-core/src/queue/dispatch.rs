@@ -361,7 +361,8 @@ impl<D: Driver> RequestQueue<D> {
     }
 
     /// [`issue_one`](Self::issue_one), its D stamped with `stamp` when it holds a trace
-    /// clock reading (see [`trace_stamp`](Self::trace_stamp)).
+    /// clock reading (see [`trace_stamp`](Self::trace_stamp)), with the Q and G it says
+    /// are untold; a way out before the D tells those first.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn issue_one_at(
         &self,
@@ -382,12 +383,14 @@ impl<D: Driver> RequestQueue<D> {
                 // Taken on the runner's context: move it to the request's.
                 driver.put_budget(&self.cx(held));
                 if !driver.get_budget(&cx) {
+                    self.trace_untold(&rq, stamp);
                     self.budget_returned();
                     return Issued::GaveUp(rq, Status::Resource);
                 }
             }
             None => {
                 if !driver.get_budget(&cx) {
+                    self.trace_untold(&rq, stamp);
                     return Issued::GaveUp(rq, Status::Resource);
                 }
             }
@@ -416,11 +419,13 @@ impl<D: Driver> RequestQueue<D> {
         match started {
             Ok(true) => {}
             Ok(false) => {
+                self.trace_untold(&rq, stamp);
                 driver.put_budget(&cx);
                 self.budget_returned();
                 return Issued::GaveUp(rq, Status::Resource);
             }
             Err(_) => {
+                self.trace_untold(&rq, stamp);
                 driver.put_budget(&cx);
                 self.budget_returned();
                 self.end_unissued(rq, Status::IoErr);

@@ -112,10 +112,11 @@ impl<D: Driver> RequestQueue<D> {
     }
 
     fn submit_inner<'q>(&'q self, bio: Bio, plug: Option<&mut Plug<'q, D>>) -> Result<(), Bio> {
-        // One trace clock reading for the Q, and the G and D of a bio issued directly.
+        // One trace clock reading for the Q, and the G and D of a bio issued directly; the
+        // Q is told on the way down (`trace.rs`).
         let stamp = self.trace_stamp();
-        self.trace_bio_at(crate::trace::Action::Queue, &bio, stamp);
         if super::flush::is_flush_bio(&bio) {
+            self.trace_untold_bio(&bio, stamp);
             return self.submit_flush_bio(bio, plug);
         }
         self.submit_prepared(bio, plug, stamp)
@@ -148,9 +149,13 @@ impl<D: Driver> RequestQueue<D> {
         if !bio.flags.contains(BioFlags::SPLIT) && self.limits.fits_whole(&bio) {
             return match plug {
                 None => self.submit_whole(&bio, stamp),
-                plug => self.submit_general(&bio, true, plug),
+                plug => {
+                    self.trace_untold_bio(&bio, stamp);
+                    self.submit_general(&bio, true, plug)
+                }
             };
         }
+        self.trace_untold_bio(&bio, stamp);
         let piece = self.splits.is_piece(&bio);
         if !piece {
             if let Some(status) = self.limits.check(&bio) {
@@ -212,8 +217,8 @@ impl<D: Driver> RequestQueue<D> {
     /// request whole, with no plug. An instance of its own, so the common submission goes
     /// the whole way in one frame with nothing of the plug's in it.
     ///
-    /// `stamp`: the trace clock reading of its Q, for its G and D (see
-    /// [`trace_stamp`](Self::trace_stamp)).
+    /// `stamp`: the trace clock reading of its Q, for its G and D, and with it its Q is
+    /// untold (see [`trace_stamp`](Self::trace_stamp) and `trace.rs`).
     #[inline(never)]
     fn submit_whole(&self, bio: &Bio, stamp: TraceStamp) -> Result<(), Bio> {
         self.submit_one(bio, true, None, stamp)
@@ -262,10 +267,12 @@ impl<D: Driver> RequestQueue<D> {
         // operation: a caller that has just built it has stores in flight, and a wide copy
         // of them would wait for them.
         let Some(usage) = self.enter() else {
+            self.trace_untold_bio(bio, stamp);
             return Err(*bio);
         };
         let Some((cpu, hctx, kind)) = self.place(bio) else {
             drop(usage);
+            self.trace_untold_bio(bio, stamp);
             self.splits.end(*bio, Status::IoErr);
             return Ok(());
         };
@@ -277,6 +284,9 @@ impl<D: Driver> RequestQueue<D> {
         // so one that came in since the caller looked shows now. Flushes bypass it.
         let elevated =
             self.has_elevator.load(Ordering::Relaxed) && bio.op != Op::Flush && !sequenced;
+        // An untold Q comes only by `submit_whole`, with no plug (see `trace.rs`).
+        debug_assert!(stamp.is_none() || plug.is_none());
+        let mut stamp = stamp;
         let segments = if whole {
             // One data segment: `fits_whole` said so.
             debug_assert_eq!(self.limits.bio_segments(bio), 1);
@@ -293,6 +303,8 @@ impl<D: Driver> RequestQueue<D> {
             }
         }
         let usage = if elevated {
+            // The elevator tells its own events, after the Q.
+            stamp = self.trace_untold_bio(bio, stamp);
             match self.elevator_submit(
                 usage,
                 bio,
@@ -307,9 +319,13 @@ impl<D: Driver> RequestQueue<D> {
                 Err(usage) => usage,
             }
         } else {
-            if mergeable && self.try_ctx_merge(cpu, kind, bio) {
-                self.account_bio_merge(bio, hctx);
-                return Ok(());
+            if let Some(ctx) = self.ctx_to_merge(cpu, kind, mergeable) {
+                // A merge tells M: an untold Q is told first.
+                stamp = self.trace_untold_bio(bio, stamp);
+                if self.ctx_merge_locked(ctx, bio) {
+                    self.account_bio_merge(bio, hctx);
+                    return Ok(());
+                }
             }
             usage
         };
@@ -326,7 +342,10 @@ impl<D: Driver> RequestQueue<D> {
                 .alloc_with_bio(&Alloc::new(hctx, cpu), *bio, segments, start)
             {
                 Ok(rq) => (rq, None),
-                Err((e, bio)) => return self.alloc_failed(usage, e, bio),
+                Err((e, bio)) => {
+                    self.trace_untold_bio(&bio, stamp);
+                    return self.alloc_failed(usage, e, bio);
+                }
             },
         };
         self.trace_get_rq(&rq, bio, cpu, hctx, stamp);
@@ -336,7 +355,10 @@ impl<D: Driver> RequestQueue<D> {
         // INVARIANT: the request holds the usage reference until it is freed.
         usage.hand_to_request();
         match plug {
-            _ if sequenced => self.flush_insert(rq),
+            _ if sequenced => {
+                self.trace_untold(&rq, stamp);
+                self.flush_insert(rq)
+            }
             Some(plug) => {
                 // A flush never goes straight to the driver (`issue_plugged`).
                 let issue_on = if bio.op == Op::Flush {
@@ -351,6 +373,7 @@ impl<D: Driver> RequestQueue<D> {
                 self.issue_direct(rq, cpu, hctx, kind, now, stamp)
             }
             None => {
+                self.trace_untold(&rq, stamp);
                 self.insert(rq, hctx, elevated, false);
                 self.run_hw_queue(hctx);
             }
@@ -401,8 +424,8 @@ impl<D: Driver> RequestQueue<D> {
     /// hardware queue is idle (nothing queued ahead, the hardware not busy, and nobody
     /// running it), else queued on the CPU's software queue and the hardware queue run.
     /// `now`, when the caller read the coarse clock a moment ago, is the start stamp;
-    /// `stamp`, the trace clock reading for its D when it is issued here (see
-    /// [`trace_stamp`](Self::trace_stamp)).
+    /// `stamp`, the trace clock reading for its D when it is issued here, with its Q and G
+    /// untold (see [`trace_stamp`](Self::trace_stamp) and `trace.rs`).
     #[inline(always)]
     fn issue_direct(
         &self,
@@ -416,6 +439,7 @@ impl<D: Driver> RequestQueue<D> {
         let h = &self.hctxs[hctx];
         if self.claim_idle(hctx) {
             if self.halted(hctx) {
+                self.trace_untold(&rq, stamp);
                 self.push_ctx_for(cpu, kind, hctx, rq);
             } else {
                 self.arm_restart(hctx);
@@ -430,6 +454,7 @@ impl<D: Driver> RequestQueue<D> {
             self.finish_run(hctx);
             return;
         }
+        self.trace_untold(&rq, stamp);
         self.push_ctx_for(cpu, kind, hctx, rq);
         self.run_hw_queue(hctx);
     }
@@ -466,26 +491,31 @@ impl<D: Driver> RequestQueue<D> {
         h.dispatch_len.store(list.len(), Ordering::SeqCst);
     }
 
-    /// Without an elevator: merges `bio` into one of the newest requests of the CPU's
-    /// software queue; whether it did (else the bio is still the caller's).
+    /// Without an elevator, for a bio that may merge (`mergeable`): the CPU's software
+    /// queue, if something is queued there that it might merge into
+    /// ([`ctx_merge_locked`](Self::ctx_merge_locked) tries).
     #[inline(always)]
-    fn try_ctx_merge(&self, cpu: usize, kind: QueueType, bio: &Bio) -> bool {
+    fn ctx_to_merge(&self, cpu: usize, kind: QueueType, mergeable: bool) -> Option<&SwCtx<D>> {
+        if !mergeable {
+            return None;
+        }
         let index = cpu * QueueType::ALL.len() + kind as usize;
         let ctx = &self.ctxs[index];
         if ctx.pos == usize::MAX {
-            return false;
+            return None;
         }
         // Nothing queued here (its bit is set once a request is in): no lock to take. A
         // request whose bit is not set yet only misses a merge.
         let bit = 1u64 << (ctx.pos % 64);
         if self.hctxs[ctx.hctx].ctx_has_work[ctx.pos / 64].load(Ordering::Relaxed) & bit == 0 {
-            return false;
+            return None;
         }
-        self.ctx_merge_locked(ctx, bio)
+        Some(ctx)
     }
 
-    /// [`try_ctx_merge`](Self::try_ctx_merge) once something is queued: the scan, under the
-    /// software queue's lock.
+    /// Merges `bio` into one of the newest requests of `ctx`, the CPU's software queue
+    /// ([`ctx_to_merge`](Self::ctx_to_merge)); whether it did (else the bio is still the
+    /// caller's). The scan, under the software queue's lock.
     #[inline(never)]
     fn ctx_merge_locked(&self, ctx: &SwCtx<D>, bio: &Bio) -> bool {
         let mut list = ctx.list.lock();

@@ -8,6 +8,14 @@
 //! when it happens; a completion reads it once. Events of one CPU stay in the order of
 //! their times: a shared reading is used only by the events before any that reads the
 //! clock again.
+//!
+//! The common submission (a bio that fits one request, no plug) tells its Q late: the
+//! reading handed down ([`TraceStamp`]) also says that the Q, and once the request is
+//! made its G, are not told yet. If the request goes to the driver at once, its D tells
+//! all three in one call ([`Tracer::direct_issue`]), which a tracer may keep as one
+//! record. Any other way, the first thing that would tell an event first tells what is
+//! untold (`trace_untold_bio`, `trace_untold`), at the handed-down reading, so every
+//! tracer sees the same events in the same order as if each were told as it happened.
 
 use crate::bio::{Bio, Status};
 use crate::driver::Driver;
@@ -17,7 +25,9 @@ use crate::trace::{Action, TraceEvent, Tracer};
 use super::RequestQueue;
 
 /// A trace clock reading taken earlier in the same call chain, for an event that happens
-/// right after it; `None`: read the clock (or no tracer is set).
+/// right after it; `None`: read the clock (or no tracer is set). On the common
+/// submission's way down, it also says that the bio's Q (and its request's G, once made)
+/// is not told yet (see the module's docs).
 pub(super) type TraceStamp = Option<u64>;
 
 impl<D: Driver> RequestQueue<D> {
@@ -64,6 +74,23 @@ impl<D: Driver> RequestQueue<D> {
         }
     }
 
+    /// Tells the Q of `bio` if `stamp` says it is untold; after it nothing is untold.
+    #[inline(always)]
+    pub(super) fn trace_untold_bio(&self, bio: &Bio, stamp: TraceStamp) -> TraceStamp {
+        if let (Some(tracer), Some(_)) = (&self.tracer, stamp) {
+            self.emit_bio(&**tracer, Action::Queue, *bio, stamp);
+        }
+        None
+    }
+
+    /// Tells the Q and G of `rq`, just made for a bio, if `stamp` says they are untold.
+    #[inline(always)]
+    pub(super) fn trace_untold(&self, rq: &Rq, stamp: TraceStamp) {
+        if let (Some(tracer), Some(_)) = (&self.tracer, stamp) {
+            self.emit_untold(&**tracer, rq, stamp);
+        }
+    }
+
     /// A request event (G, I, D, R) with the request's range.
     #[inline(always)]
     pub(super) fn trace_rq(&self, action: Action, rq: &Rq) {
@@ -73,7 +100,8 @@ impl<D: Driver> RequestQueue<D> {
     }
 
     /// D for `rq`, made from `request`, the request it names, when the caller has it (no
-    /// look-up), at `stamp`'s time.
+    /// look-up); with a `stamp`, at its time, and with the Q and G it says are untold, in
+    /// one call ([`Tracer::direct_issue`]).
     #[inline(always)]
     pub(super) fn trace_issue(
         &self,
@@ -82,12 +110,13 @@ impl<D: Driver> RequestQueue<D> {
         stamp: TraceStamp,
     ) {
         if let Some(tracer) = &self.tracer {
-            self.emit_rq(&**tracer, Action::Issue, rq, request, stamp);
+            self.emit_issue(&**tracer, rq, request, stamp);
         }
     }
 
     /// G for `rq`, just made for `bio` on `cpu` for `hctx`: the event is made of what the
-    /// caller holds, with no look-up of the request.
+    /// caller holds, with no look-up of the request. With a `stamp`, the bio's Q is
+    /// untold, and so the G stays untold too.
     #[inline(always)]
     pub(super) fn trace_get_rq(
         &self,
@@ -98,7 +127,9 @@ impl<D: Driver> RequestQueue<D> {
         stamp: TraceStamp,
     ) {
         if let Some(tracer) = &self.tracer {
-            self.emit_get_rq(&**tracer, rq.tag(), bio, (cpu, hctx), stamp);
+            if stamp.is_none() {
+                self.emit_get_rq(&**tracer, rq.tag(), bio, (cpu, hctx), stamp);
+            }
         }
     }
 
@@ -238,6 +269,34 @@ impl<D: Driver> RequestQueue<D> {
     ) {
         if let Some(event) = self.rq_event(action, rq, known, stamp) {
             tracer.event(&event);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn emit_issue(
+        &self,
+        tracer: &dyn Tracer,
+        rq: &Rq,
+        known: Option<&Request<D::Payload>>,
+        stamp: TraceStamp,
+    ) {
+        if let Some(event) = self.rq_event(Action::Issue, rq, known, stamp) {
+            if stamp.is_some() {
+                tracer.direct_issue(&event);
+            } else {
+                tracer.event(&event);
+            }
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn emit_untold(&self, tracer: &dyn Tracer, rq: &Rq, stamp: TraceStamp) {
+        if let Some(event) = self.rq_event(Action::GetRq, rq, None, stamp) {
+            let [queue, get_rq, _] = event.direct_issue_events();
+            tracer.event(&queue);
+            tracer.event(&get_rq);
         }
     }
 

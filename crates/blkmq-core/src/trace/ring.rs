@@ -15,7 +15,12 @@
 //! * The reader at the head `p` takes the slot once its sequence is `p + 1` (Acquire), reads
 //!   the event, and frees the slot by storing `p + 1` in the head (Release). Readers take
 //!   turns through a flag per ring; a reader never waits for a writer (an event claimed but
-//!   not published yet waits for the next drain, and the events after it with it).
+//!   not published yet waits for the next drain, and the events after it with it). The
+//!   reader numbers what it takes, with a count of its own ring's events taken so far.
+//!
+//! A slot holds one event, or a direct issue's Q, G and D ([`Tracer::direct_issue`]) as
+//! its D with a mark: the reader hands out the three. The common I/O so costs two slots,
+//! its direct issue and its completion.
 //!
 //! The writer's Acquire load of the head pairs with the reader's Release store of it, so
 //! the reader's read of a slot is done before a writer a lap later overwrites it; the
@@ -56,6 +61,9 @@ struct Ring {
     reading: CachePadded<AtomicBool>,
     /// Events not kept: the ring was full.
     dropped: CachePadded<AtomicU64>,
+    /// Events taken out so far: the next one's number. Readers only, while the flag is
+    /// theirs.
+    taken: CachePadded<AtomicU64>,
     slots: Box<[Slot]>,
     mask: usize,
     /// Whether the processor has `PREFETCHW` (see [`prefetch`]).
@@ -66,8 +74,9 @@ struct Ring {
 /// it drops when a ring is full; a reader takes them out with [`drain`](Self::drain).
 ///
 /// An event goes to the ring of its own [`cpu`](TraceEvent::cpu) (modulo the rings), and
-/// gets that ring's next sequence number as its [`seq`](TraceEvent::seq), as blktrace
-/// numbers events per CPU. The protocol is in the module's source docs; it is lock-free
+/// gets that ring's next sequence number as its [`seq`](TraceEvent::seq) when it is taken
+/// out, as blktrace numbers events per CPU. A direct issue's Q, G and D
+/// ([`Tracer::direct_issue`]) take one slot together. The protocol is in the module's source docs; it is lock-free
 /// for writers, and a reader never waits for one.
 ///
 /// ```
@@ -86,8 +95,9 @@ pub struct RingTracer {
 }
 
 impl RingTracer {
-    /// Rings for `nr_cpus` CPUs (at least one) of `capacity` events each (rounded up to a
-    /// power of two, at least 2): all the memory it will use.
+    /// Rings for `nr_cpus` CPUs (at least one) of `capacity` slots each (rounded up to a
+    /// power of two, at least 2), a slot for an event or for a direct issue's three: all
+    /// the memory it will use.
     ///
     /// ```
     /// use blkmq_core::RingTracer;
@@ -103,6 +113,7 @@ impl RingTracer {
                 head: CachePadded::new(AtomicUsize::new(0)),
                 reading: CachePadded::new(AtomicBool::new(false)),
                 dropped: CachePadded::new(AtomicU64::new(0)),
+                taken: CachePadded::new(AtomicU64::new(0)),
                 slots: (0..capacity)
                     .map(|i| Slot {
                         seq: AtomicUsize::new(i),
@@ -125,7 +136,7 @@ impl RingTracer {
         self.rings.len()
     }
 
-    /// Events each ring holds.
+    /// Slots in each ring: events it holds, a direct issue's three counting as one.
     ///
     /// ```
     /// assert_eq!(blkmq_core::RingTracer::new(1, 5).capacity(), 8);
@@ -165,9 +176,11 @@ impl RingTracer {
     pub fn drain(&self, mut f: impl FnMut(TraceEvent)) -> usize {
         let mut n = 0;
         for ring in self.rings.iter() {
-            while let Some(event) = ring.pop() {
-                f(event);
-                n += 1;
+            while let Some(taken) = ring.pop() {
+                for event in taken.events() {
+                    f(event);
+                    n += 1;
+                }
             }
         }
         n
@@ -192,16 +205,30 @@ impl RingTracer {
     }
 }
 
+impl RingTracer {
+    /// The ring of `cpu`'s events.
+    #[inline(always)]
+    fn ring(&self, cpu: u32) -> &Ring {
+        let cpu = cpu as usize;
+        // A CPU with a ring of its own, the usual case, costs no division.
+        match self.rings.get(cpu) {
+            Some(ring) => ring,
+            None => &self.rings[cpu % self.rings.len()],
+        }
+    }
+}
+
 impl Tracer for RingTracer {
     #[inline]
     fn event(&self, event: &TraceEvent) {
-        let cpu = event.cpu as usize;
-        // A CPU with a ring of its own, the usual case, costs no division.
-        let ring = match self.rings.get(cpu) {
-            Some(ring) => ring,
-            None => &self.rings[cpu % self.rings.len()],
-        };
-        ring.push(event);
+        self.ring(event.cpu).push(event, false);
+    }
+
+    /// The Q, G and D in one slot, taken out as the three events
+    /// ([`TraceEvent::direct_issue_events`]); dropped, they count as three.
+    #[inline]
+    fn direct_issue(&self, issue: &TraceEvent) {
+        self.ring(issue.cpu).push(issue, true);
     }
 }
 
@@ -216,9 +243,10 @@ impl core::fmt::Debug for RingTracer {
 }
 
 impl Ring {
-    /// Publishes `event` at the next position, or counts it dropped when the ring is full.
+    /// Publishes `event` at the next position, or counts it dropped when the ring is full;
+    /// `direct`: it is a direct issue's D, standing for its Q and G too.
     #[inline]
-    fn push(&self, event: &TraceEvent) {
+    fn push(&self, event: &TraceEvent, direct: bool) {
         let capacity = self.mask + 1;
         let mut pos = self.tail.load(Ordering::Relaxed);
         loop {
@@ -228,7 +256,8 @@ impl Ring {
             // and the compare-and-swap below fails.
             if pos.wrapping_sub(head) as isize >= capacity as isize {
                 // The slot of `pos` still holds an unread event: full.
-                self.dropped.fetch_add(1, Ordering::Relaxed);
+                let events = if direct { 3 } else { 1 };
+                self.dropped.fetch_add(events, Ordering::Relaxed);
                 return;
             }
             match self.tail.compare_exchange_weak(
@@ -250,13 +279,13 @@ impl Ring {
         // the slot for `pos`; the reader reads it only after the Release store below, and
         // its last read of the slot (position `pos - capacity`) happened before its Release
         // store of a head past it, which the Acquire load above saw.
-        unsafe { slot.event.write(Stored::from(event)) };
+        unsafe { slot.event.write(Stored::from(event, direct)) };
         // Publishes the event: pairs with the reader's Acquire load.
         slot.seq.store(pos.wrapping_add(1), Ordering::Release);
     }
 
-    /// Takes the oldest published event.
-    fn pop(&self) -> Option<TraceEvent> {
+    /// Takes the oldest published slot: its events, numbered.
+    fn pop(&self) -> Option<Taken> {
         // Readers take turns: the head is theirs while the flag is set.
         while self
             .reading
@@ -276,7 +305,10 @@ impl Ring {
             let stored = unsafe { slot.event.read() };
             // Frees the slot for position `pos + capacity`.
             self.head.store(pos.wrapping_add(1), Ordering::Release);
-            Some(stored.event(pos as u64))
+            let seq = self.taken.load(Ordering::Relaxed);
+            let taken = Taken::of(stored, seq);
+            self.taken.store(seq + taken.len as u64, Ordering::Relaxed);
+            Some(taken)
         } else {
             None
         };
@@ -333,7 +365,37 @@ fn has_prefetchw() -> bool {
     false
 }
 
-/// An event as a slot keeps it: without its number, the slot's position.
+/// What one slot held: one event, or a direct issue's three.
+struct Taken {
+    events: [TraceEvent; 3],
+    len: u8,
+}
+
+impl Taken {
+    /// The events of `stored`, numbered from `seq` on.
+    fn of(stored: Stored, seq: u64) -> Self {
+        let event = stored.event(seq);
+        if stored.direct {
+            let mut events = event.direct_issue_events();
+            for (i, event) in events.iter_mut().enumerate() {
+                event.seq = seq + i as u64;
+            }
+            Self { events, len: 3 }
+        } else {
+            Self {
+                events: [event; 3],
+                len: 1,
+            }
+        }
+    }
+
+    fn events(self) -> impl Iterator<Item = TraceEvent> {
+        let len = usize::from(self.len);
+        self.events.into_iter().take(len)
+    }
+}
+
+/// An event as a slot keeps it: without its number, which the reader gives it.
 #[derive(Clone, Copy)]
 struct Stored {
     time_ns: u64,
@@ -348,12 +410,15 @@ struct Stored {
     op: crate::bio::Op,
     action: super::Action,
     status: crate::bio::Status,
+    /// A direct issue's D, standing for its Q and G too.
+    direct: bool,
 }
 
 impl Stored {
     #[inline(always)]
-    fn from(e: &TraceEvent) -> Self {
+    fn from(e: &TraceEvent, direct: bool) -> Self {
         Self {
+            direct,
             time_ns: e.time_ns,
             sector: e.sector,
             sectors: e.sectors,
