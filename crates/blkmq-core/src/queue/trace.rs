@@ -198,7 +198,7 @@ impl<D: Driver> RequestQueue<D> {
     }
 
     /// An event of `action` at `stamp`'s time or now, on this CPU, of this queue.
-    #[inline]
+    #[inline(always)]
     fn event(&self, action: Action, stamp: TraceStamp) -> TraceEvent {
         TraceEvent {
             queue: self.id,
@@ -223,6 +223,11 @@ impl<D: Driver> RequestQueue<D> {
 
     /// The event of `action` for a request, with its range, or `None` if it is not ours;
     /// `known`, the request `rq` names when the caller has it, spares the look-up.
+    ///
+    /// Made where it is handed over (inlined): an event made out of line and copied
+    /// would be read back with wide loads over its narrow stores, which the processor
+    /// cannot forward.
+    #[inline(always)]
     fn rq_event(
         &self,
         action: Action,
@@ -235,15 +240,19 @@ impl<D: Driver> RequestQueue<D> {
             Some(request) => (request, tags.io_known(rq, request)),
             None => tags.request_and_io(rq).ok()?,
         };
-        Some(self.io_event(action, request, io, stamp))
+        Some(self.io_event(action, request, io, stamp, Status::Ok))
     }
 
+    /// The event of `action` for `request` and its I/O `io`, ended with `status`; made
+    /// where it is handed over, as [`rq_event`](Self::rq_event).
+    #[inline(always)]
     fn io_event(
         &self,
         action: Action,
         request: &Request<D::Payload>,
         io: &RqIo,
         stamp: TraceStamp,
+        status: Status,
     ) -> TraceEvent {
         TraceEvent {
             sector: io.sector(),
@@ -253,6 +262,7 @@ impl<D: Driver> RequestQueue<D> {
             issuer: io.issuer(),
             op: io.op(),
             flags: io.flags(),
+            status,
             ..self.event(action, stamp)
         }
     }
@@ -350,10 +360,7 @@ impl<D: Driver> RequestQueue<D> {
         io: &RqIo,
         status: Status,
     ) {
-        let event = TraceEvent {
-            status,
-            ..self.io_event(Action::Complete, request, io, None)
-        };
+        let event = self.io_event(Action::Complete, request, io, None, status);
         tracer.event(&event);
     }
 }
