@@ -27,7 +27,7 @@
 //! reader's Acquire load of the sequence pairs with the writer's Release store, so the
 //! event is whole when read. A writer reads only the tail and the head, two lines that stay
 //! in its cache, and writes its slot: each slot is one cache line (the sequence and the
-//! event without its number, which is the position), so an event costs one
+//! event without its number, which the reader gives it), so a slot costs one
 //! compare-and-swap on its CPU's own line and one line written. Several threads on one CPU
 //! index (threads under an OS) share a ring safely: the tail is claimed, not assumed.
 //! Nothing is allocated after [`RingTracer::new`]. `tests/loom.rs` checks a writer against
