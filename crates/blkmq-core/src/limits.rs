@@ -284,7 +284,7 @@ impl QueueLimits {
     /// only that the full checks must decide. For limits that pass
     /// [`validate`](Self::validate), as a request queue's do: it leans on the powers of two
     /// and the bounds that checks.
-    #[inline(always)]
+    #[inline]
     pub(crate) fn fits_whole(&self, bio: &Bio) -> bool {
         debug_assert!(self.validate().is_ok());
         let block = u64::from(self.logical_block_size) / SECTOR_SIZE;
