@@ -76,8 +76,8 @@ struct Ring {
 /// An event goes to the ring of its own [`cpu`](TraceEvent::cpu) (modulo the rings), and
 /// gets that ring's next sequence number as its [`seq`](TraceEvent::seq) when it is taken
 /// out, as blktrace numbers events per CPU. A direct issue's Q, G and D
-/// ([`Tracer::direct_issue`]) take one slot together. The protocol is in the module's source docs; it is lock-free
-/// for writers, and a reader never waits for one.
+/// ([`Tracer::direct_issue`]) take one slot together. The protocol is in the module's
+/// source docs; it is lock-free for writers, and a reader never waits for one.
 ///
 /// ```
 /// use blkmq_core::{Action, RingTracer, TraceEvent, Tracer};
