@@ -322,7 +322,12 @@ proptest! {
                         rings.event(&TraceEvent { cpu, ..TraceEvent::new(Action::Queue, time) });
                         "Q"
                     } else {
-                        let issue = TraceEvent { cpu, hctx: 0, tag: 2, ..TraceEvent::new(Action::Issue, time) };
+                        let issue = TraceEvent {
+                            cpu,
+                            hctx: 0,
+                            tag: 2,
+                            ..TraceEvent::new(Action::Issue, time)
+                        };
                         rings.direct_issue(&issue);
                         "QGD"
                     };
