@@ -63,14 +63,8 @@ impl<D: Driver> RequestQueue<D> {
     /// the way in would keep a submission's bio in memory where it stays in registers.
     #[inline(always)]
     pub(super) fn trace_bio(&self, action: Action, bio: &Bio) {
-        self.trace_bio_at(action, bio, None);
-    }
-
-    /// [`trace_bio`](Self::trace_bio) at `stamp`'s time.
-    #[inline(always)]
-    pub(super) fn trace_bio_at(&self, action: Action, bio: &Bio, stamp: TraceStamp) {
         if let Some(tracer) = &self.tracer {
-            self.emit_bio(&**tracer, action, *bio, stamp);
+            self.emit_bio(&**tracer, action, *bio, None);
         }
     }
 
@@ -128,7 +122,7 @@ impl<D: Driver> RequestQueue<D> {
     ) {
         if let Some(tracer) = &self.tracer {
             if stamp.is_none() {
-                self.emit_get_rq(&**tracer, rq.tag(), bio, (cpu, hctx), stamp);
+                self.emit_get_rq(&**tracer, rq.tag(), bio, (cpu, hctx));
             }
         }
     }
@@ -310,16 +304,10 @@ impl<D: Driver> RequestQueue<D> {
         }
     }
 
+    /// G, told as it happens (a G at a submission's reading stays untold, `trace_untold`).
     #[cold]
     #[inline(never)]
-    fn emit_get_rq(
-        &self,
-        tracer: &dyn Tracer,
-        tag: u32,
-        bio: &Bio,
-        (cpu, hctx): (usize, usize),
-        stamp: TraceStamp,
-    ) {
+    fn emit_get_rq(&self, tracer: &dyn Tracer, tag: u32, bio: &Bio, (cpu, hctx): (usize, usize)) {
         let event = TraceEvent {
             sector: bio.sector,
             sectors: bio.sectors,
@@ -330,7 +318,7 @@ impl<D: Driver> RequestQueue<D> {
             issuer: bio.issuer,
             op: bio.op,
             flags: bio.flags,
-            ..TraceEvent::new(Action::GetRq, self.time(stamp))
+            ..TraceEvent::new(Action::GetRq, self.time(None))
         };
         tracer.event(&event);
     }
