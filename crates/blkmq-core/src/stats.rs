@@ -513,10 +513,14 @@ impl Counts {
 }
 
 /// One CPU's counters for one hardware queue: the half the CPU id's sole holder writes with
-/// plain stores, and the half everyone else adds to.
+/// plain stores, and the half everyone else adds to; and that holder's mark.
 struct Part {
     own: Counts,
     shared: Counts,
+    /// The coarse reading of the submission the CPU id's sole holder is in, while it is in
+    /// one that may end requests at once and counted its request here ([`Issuing`]);
+    /// [`NOT_ISSUING`] otherwise. Only that holder reads or writes it.
+    issuing: AtomicU64,
 }
 
 impl Part {
@@ -534,15 +538,11 @@ impl Part {
 /// One CPU's latency histograms, per group, in the same two halves as a [`Part`].
 type Histograms = [[[AtomicU64; LATENCY_BUCKETS]; 4]; 2];
 
-/// No submission in progress in an [`CpuPart::issuing`] slot.
+/// No submission in progress in a [`Part::issuing`] slot.
 const NOT_ISSUING: u64 = u64::MAX;
 
 /// What one CPU keeps besides its parts.
 struct CpuPart {
-    /// The coarse reading of the submission the CPU id's sole holder is in, while it is in
-    /// one that may end requests at once ([`Issuing`]); [`NOT_ISSUING`] otherwise. Only
-    /// that holder reads or writes it.
-    issuing: AtomicU64,
     latency: Histograms,
 }
 
@@ -578,8 +578,9 @@ pub(crate) struct Writer {
 }
 
 /// A submission in progress on a CPU its caller holds alone, from
-/// [`Accounting::issuing`]: requests it ends meanwhile take its coarse reading as their
-/// end. Dropped (at the submission's end, or by unwinding out of it), the mark is gone.
+/// [`Accounting::started`]: requests of its hardware queue it ends meanwhile take its
+/// coarse reading as their end. Dropped (at the submission's end, or by unwinding out of
+/// it), the mark is gone.
 pub(crate) struct Issuing<'a> {
     slot: &'a AtomicU64,
 }
@@ -591,9 +592,9 @@ impl Drop for Issuing<'_> {
     }
 }
 
-impl CpuPart {
-    /// The coarse reading of the submission `writer` is in, if it holds this CPU alone and
-    /// is in one.
+impl Part {
+    /// The coarse reading of the submission `writer` is in, if it holds this part's CPU
+    /// alone and is in one that counted here.
     #[inline(always)]
     fn issued_at(&self, writer: Writer) -> Option<u64> {
         if !writer.own {
@@ -658,7 +659,7 @@ fn tick_end(tick: u64) -> u64 {
 pub(crate) struct Accounting {
     nr_hctxs: usize,
     nr_cpus: usize,
-    /// Whether a submission may mark its CPU with its reading ([`issuing`](Self::issuing)):
+    /// Whether a submission may mark its part with its reading ([`started`](Self::started)):
     /// its hardware queues do not block.
     marks: bool,
     /// `parts[cpu * nr_hctxs + hctx]`, each on lines of its own.
@@ -687,13 +688,13 @@ impl Accounting {
                     CachePadded::new(Part {
                         own: Counts::new(),
                         shared: Counts::new(),
+                        issuing: AtomicU64::new(NOT_ISSUING),
                     })
                 })
                 .collect(),
             cpus: (0..nr_cpus)
                 .map(|_| {
                     CachePadded::new(CpuPart {
-                        issuing: AtomicU64::new(NOT_ISSUING),
                         latency: core::array::from_fn(|_| {
                             core::array::from_fn(|_| core::array::from_fn(|_| AtomicU64::new(0)))
                         }),
@@ -730,7 +731,18 @@ impl Accounting {
     /// [`counts`](Self::counts) for a `hctx` of the queue's.
     #[inline(always)]
     fn counts_of(&self, writer: Writer, hctx: usize) -> &Counts {
-        self.parts[writer.cpu * self.nr_hctxs + hctx].half(writer)
+        self.part(writer, hctx).half(writer)
+    }
+
+    /// `writer`'s CPU's part for `hctx`, a hardware queue of the queue's.
+    #[inline(always)]
+    fn part(&self, writer: Writer, hctx: usize) -> &Part {
+        debug_assert!(
+            hctx < self.nr_hctxs,
+            "hardware queue {hctx} of {}",
+            self.nr_hctxs
+        );
+        &self.parts[writer.cpu * self.nr_hctxs + hctx]
     }
 
     /// In flight on `hctx` (`None`: the whole queue), summed over CPUs: made, less
@@ -779,34 +791,38 @@ impl Accounting {
         }
     }
 
-    /// A request of `op` made by `writer` for `hctx` at `now_ns`.
+    /// A request of `op` made by `writer` for `hctx` (one of the queue's) at `now_ns`.
+    ///
+    /// With it, unless `writer` shares its CPU or the hardware queues may block, the mark
+    /// that `writer`'s submission is in progress with that reading, kept in the part it
+    /// counted in until the [`Issuing`] returned is dropped: the requests of `hctx` the
+    /// submission ends meanwhile take the reading as their end ([`done`](Self::done)).
     #[inline]
-    pub(crate) fn started(&self, writer: Writer, hctx: usize, op: Op, now_ns: u64) {
-        let hctx = hctx.min(self.nr_hctxs - 1);
+    pub(crate) fn started(
+        &self,
+        writer: Writer,
+        hctx: usize,
+        op: Op,
+        now_ns: u64,
+    ) -> Option<Issuing<'_>> {
         self.tick(hctx, now_ns, false);
+        let part = self.part(writer, hctx);
         let dir = usize::from(op.is_write());
-        add(&self.counts_of(writer, hctx).started[dir], 1, writer.own);
-    }
-
-    /// Marks `writer`'s CPU as in a submission that read the coarse clock at `now_ns` and
-    /// may end requests before it returns, until the [`Issuing`] returned is dropped;
-    /// `None` (nothing marked) unless `writer` holds its CPU alone and the hardware queues do
-    /// not block.
-    #[inline]
-    pub(crate) fn issuing(&self, writer: Writer, now_ns: u64) -> Option<Issuing<'_>> {
+        add(&part.half(writer).started[dir], 1, writer.own);
         if !writer.own || !self.marks || now_ns == NOT_ISSUING {
             return None;
         }
-        let slot = &self.cpus[writer.cpu].issuing;
-        slot.store(now_ns, Ordering::Relaxed);
-        Some(Issuing { slot })
+        part.issuing.store(now_ns, Ordering::Relaxed);
+        Some(Issuing {
+            slot: &part.issuing,
+        })
     }
 
-    /// The coarse reading of the submission `writer` is in (see
-    /// [`issuing`](Self::issuing)), if it holds its CPU alone and is in one.
+    /// The coarse reading of the submission `writer` is in (see [`started`](Self::started)),
+    /// if it holds its CPU alone and is in one that counted on `hctx`.
     #[cfg(test)]
-    fn issued_at(&self, writer: Writer) -> Option<u64> {
-        self.cpus[writer.cpu].issued_at(writer)
+    fn issued_at(&self, writer: Writer, hctx: usize) -> Option<u64> {
+        self.part(writer, hctx).issued_at(writer)
     }
 
     /// A merge of `group` counted by `writer` on `hctx`; `merged_away` when a made request
@@ -822,10 +838,15 @@ impl Accounting {
     }
 
     /// A request of `group` of `sectors`, made at `start_ns`, completed, counted by `writer`
-    /// on `hctx`. It ended at `now`'s reading; with none yet, at the coarse reading of the
-    /// submission `writer` is in (see [`issuing`](Self::issuing)), else at `clock()`'s,
-    /// which it keeps in `now` for the next completion of a batch. Never before its start:
-    /// a submission's reading may predate a request another CPU made since.
+    /// on `hctx` (one of the queue's). It ended at `now`'s reading; with none yet, at the
+    /// coarse reading of the submission `writer` is in, if it counted on `hctx` (see
+    /// [`started`](Self::started)), else at `clock()`'s; the reading is kept in `now` for the
+    /// next completion of a batch. Never before its start: a submission's reading may
+    /// predate a request another CPU made since.
+    ///
+    /// A reading from the mark needs no look at the busy stamps: the submission's start
+    /// looked at `hctx`'s with it, and the request's start with its own, so neither is in
+    /// a tick after the stamp's.
     #[inline]
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn done(
@@ -838,20 +859,35 @@ impl Accounting {
         now: &mut Option<u64>,
         clock: impl FnOnce() -> u64,
     ) {
-        let cpu = &self.cpus[writer.cpu];
-        let now_ns = *now.get_or_insert_with(|| cpu.issued_at(writer).unwrap_or_else(clock));
-        let now_ns = now_ns.max(start_ns);
-        let hctx = hctx.min(self.nr_hctxs - 1);
-        self.tick(hctx, now_ns, true);
+        let part = self.part(writer, hctx);
+        let now_ns = match *now {
+            Some(now_ns) => self.ended_at(hctx, now_ns, start_ns),
+            None => match part.issued_at(writer) {
+                Some(mark) => {
+                    *now = Some(mark);
+                    mark.max(start_ns)
+                }
+                None => self.ended_at(hctx, *now.insert(clock()), start_ns),
+            },
+        };
         let took = now_ns - start_ns;
         let g = group as usize;
         let own = writer.own;
-        let counts = self.counts_of(writer, hctx);
+        let counts = part.half(writer);
         add(&counts.ios[g], 1, own);
         add(&counts.sectors[g], sectors, own);
         add(&counts.nsecs[g], took, own);
-        let histogram = &cpu.latency[usize::from(!own)][g];
+        let histogram = &self.cpus[writer.cpu].latency[usize::from(!own)][g];
         add(&histogram[Latency::bucket(took)], 1, own);
+    }
+
+    /// The end of a request of `hctx` made at `start_ns`, read at `now_ns` (never before
+    /// its start), the busy stamps brought to it.
+    #[inline(always)]
+    fn ended_at(&self, hctx: usize, now_ns: u64, start_ns: u64) -> u64 {
+        let now_ns = now_ns.max(start_ns);
+        self.tick(hctx, now_ns, true);
+        now_ns
     }
 
     /// A reading of `hctx` (`None`: the whole queue), the busy time brought to `now_ns`.
@@ -1028,22 +1064,42 @@ mod tests {
     }
 
     #[test]
-    fn a_submissions_mark_serves_its_holder_until_dropped() {
-        let acct = Accounting::new(2, 1, 0, false);
-        assert!(acct.issuing(shared(0), 5).is_none());
-        let mark = acct.issuing(own(1), 7).unwrap();
-        assert_eq!(acct.issued_at(own(1)), Some(7));
-        // Only the holder of the CPU marked reads it.
+    fn a_submissions_mark_serves_its_holder_on_its_hardware_queue_until_dropped() {
+        let acct = Accounting::new(2, 2, 0, false);
+        assert!(acct.started(shared(0), 0, Op::Read, 5).is_none());
+        let mark = acct.started(own(1), 1, Op::Read, 7).unwrap();
+        assert_eq!(acct.issued_at(own(1), 1), Some(7));
+        // Only the holder of the CPU marked reads it, and only on the hardware queue its
+        // submission counted on.
         assert_eq!(
-            (acct.issued_at(own(0)), acct.issued_at(shared(1))),
-            (None, None)
+            (
+                acct.issued_at(own(0), 1),
+                acct.issued_at(shared(1), 1),
+                acct.issued_at(own(1), 0)
+            ),
+            (None, None, None)
         );
+        // A request the submission ends takes the mark's reading, and the next of a batch
+        // takes it too.
+        let mut now = None;
+        acct.done(own(1), 1, OpGroup::Read, 8, 3, &mut now, || unreachable!());
+        assert_eq!(now, Some(7));
+        assert_eq!(acct.read(Some(1), 7).op(OpGroup::Read).nsecs, 4);
         drop(mark);
-        assert_eq!(acct.issued_at(own(1)), None);
-        // Hardware queues that may block: no submission marks its CPU.
+        assert_eq!(acct.issued_at(own(1), 1), None);
+        // Without the mark the clock is read.
+        let mut now = None;
+        acct.started(shared(0), 1, Op::Read, 8);
+        acct.done(own(1), 1, OpGroup::Read, 8, 8, &mut now, || 11);
+        assert_eq!(now, Some(11));
+        // Of the three made, the two on hardware queue 1 ended (on another CPU's half than
+        // one was made on): the first is the one in flight.
+        assert_eq!(acct.read(Some(1), 11).in_flight, [0, 0]);
+        assert_eq!(acct.read(Some(0), 11).in_flight, [1, 0]);
+        // Hardware queues that may block: no submission marks its part.
         let blocking = Accounting::new(2, 1, 0, true);
-        assert!(blocking.issuing(own(1), 7).is_none());
-        assert_eq!(blocking.issued_at(own(1)), None);
+        assert!(blocking.started(own(1), 0, Op::Read, 7).is_none());
+        assert_eq!(blocking.issued_at(own(1), 0), None);
     }
 
     /// One step of a single-threaded run: a request started or ended on a hardware queue,

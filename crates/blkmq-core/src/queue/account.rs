@@ -40,8 +40,8 @@ impl<D: Driver> RequestQueue<D> {
     /// accounting is off.
     ///
     /// With it, where the caller holds its CPU alone and the hardware queues do not block,
-    /// the mark that the caller's submission is in progress with that reading: requests the
-    /// submission ends before the mark is dropped (a driver that ends them inside
+    /// the mark that the caller's submission is in progress with that reading: requests of
+    /// `hctx` the submission ends before the mark is dropped (a driver that ends them inside
     /// `queue_rq`) take the reading as their end too, and read no clock (see `stats.rs`).
     /// The caller keeps it to the end of the submission.
     #[inline(always)]
@@ -65,8 +65,7 @@ impl<D: Driver> RequestQueue<D> {
             }
         }
         let writer = self.acct_writer(acct, || cpu);
-        acct.started(writer, hctx, op, now);
-        (Some(now), acct.issuing(writer, now))
+        (Some(now), acct.started(writer, hctx, op, now))
     }
 
     /// `bio` merged into a request of `hctx`.
