@@ -189,6 +189,12 @@ impl<D: Driver> RequestQueue<D> {
 fn counted_group(io: &RqIo) -> Option<OpGroup> {
     match io.acct {
         0 => None,
-        g => Some(OpGroup::ALL[usize::from(g - 1) & 3]),
+        // The groups in index order: the match is the index itself, no table.
+        g => Some(match (g - 1) & 3 {
+            0 => OpGroup::Read,
+            1 => OpGroup::Write,
+            2 => OpGroup::Discard,
+            _ => OpGroup::Flush,
+        }),
     }
 }
