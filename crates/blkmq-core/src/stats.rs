@@ -844,9 +844,12 @@ impl Accounting {
     /// next completion of a batch. Never before its start: a submission's reading may
     /// predate a request another CPU made since.
     ///
-    /// A reading from the mark needs no look at the busy stamps: the submission's start
-    /// looked at `hctx`'s with it, and the request's start with its own, so neither is in
-    /// a tick after the stamp's.
+    /// A reading from the mark skips the look at the busy stamps: the submission's start
+    /// looked at `hctx`'s with it (and the request's start with its own), which left the
+    /// stamp at its tick. Only where another CPU moved the stamp at that moment with a
+    /// reading of the tick before (and so this start did not move it) does this end leave
+    /// that tick to the next look, which counts it if it is a completion or finds anything
+    /// in flight: as Linux's `update_io_ticks` leaves it when its compare-and-swap fails.
     #[inline]
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn done(
