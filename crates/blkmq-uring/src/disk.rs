@@ -118,7 +118,8 @@ unsafe impl Sync for Ring {}
 struct Slot {
     /// The request's token, from its issue until its completion is reaped.
     rq: UnsafeCell<Option<Rq>>,
-    /// The bytes its operation moves (reads and writes), to tell a short transfer.
+    /// The bytes its operation moves (reads and writes; none for the rest), to tell a short
+    /// transfer.
     bytes: UnsafeCell<u64>,
 }
 
@@ -784,6 +785,13 @@ impl Shared {
         bytes: u64,
         res: i32,
     ) {
+        // Every byte moved (an operation without data has none to move: its `bytes` is 0):
+        // the common case ends without a look at the request's I/O, which `end_request`
+        // looks up anyway.
+        if res >= 0 && res as u64 >= bytes {
+            let _ = queue.end_request(rq, Status::Ok);
+            return;
+        }
         let Some(op) = queue.io(&rq).map(|io| io.op()) else {
             return;
         };
@@ -792,7 +800,7 @@ impl Shared {
             return;
         }
         let done = res as u64;
-        if !op.has_data() || done >= bytes {
+        if !op.has_data() {
             let _ = queue.end_request(rq, Status::Ok);
             return;
         }
