@@ -60,10 +60,10 @@
 //! `end_requests / end_request` on the one-hardware-queue host (the time per request of a
 //! batched completion over single ones; the target at most [`BATCH_TARGET`]).
 //! Then `tracer: set/none`: the `io` case on a queue with a [`blkmq_core::RingTracer`]
-//! against one without a tracer (the target: at most [`TRACER_TARGET`]). Last, `accounting: on/off`: the `io` case with
-//! [`QueueConfig::accounting`] on against off, paired, at one thread and two (the target: at
-//! most [`ACCOUNTING_TARGET`]), beside `off/off`, the same harness with accounting off on
-//! both sides (its own noise).
+//! against one without a tracer (the target: at most [`TRACER_TARGET`]). Last,
+//! `accounting: on/off`: the `io` case with [`QueueConfig::accounting`] on against off,
+//! paired, at one thread and two (the target: at most [`ACCOUNTING_TARGET`]), beside
+//! `off/off`, the same harness with accounting off on both sides (its own noise).
 //!
 //! Under the tracer's line, the `of which:` lines say where its cost goes, in the same run:
 //! the queue's side alone (a tracer that keeps nothing), and the trace clock's two readings
@@ -841,6 +841,20 @@ fn main() {
 
 // ----- tables -----
 
+/// One ratio per thread count, from one thread up, each with `digits` decimals and starred
+/// when over `target`: `1.234* (1t), 1.012 (2t)`.
+fn per_threads(ratios: &[f64], digits: usize, target: f64) -> String {
+    let shown: Vec<String> = ratios
+        .iter()
+        .zip(1..)
+        .map(|(&ratio, threads)| {
+            let miss = if ratio > target { "*" } else { "" };
+            format!("{ratio:.digits$}{miss} ({threads}t)")
+        })
+        .collect();
+    shown.join(", ")
+}
+
 /// A ratio of time against `target`, starred when it misses it.
 fn against(ratio: f64, target: f64) -> String {
     let miss = if ratio > target { "*" } else { " " };
@@ -1020,17 +1034,9 @@ fn paired_tracer() {
     set.settled();
     none.settled();
     println!();
-    let marked: Vec<String> = ratios
-        .iter()
-        .zip(1..)
-        .map(|(&ratio, threads)| {
-            let miss = if ratio > TRACER_TARGET { "*" } else { "" };
-            format!("{ratio:.2}{miss} ({threads}t)")
-        })
-        .collect();
     println!(
         "tracer: set/none = {} (<= {TRACER_TARGET})",
-        marked.join(", ")
+        per_threads(&ratios, 2, TRACER_TARGET)
     );
     // Where that goes: the events the queue makes, handed to a tracer that keeps none,
     // and under them the clock readings alone.
@@ -1043,19 +1049,18 @@ fn paired_tracer() {
     let config = QueueConfig::new(QueueLimits::new(CAPACITY)).tracer(Arc::new(KeepsNone));
     let queue = host.add_queue(config).expect("a valid queue");
     let discarded = Dev { host, queue };
-    let ratios: Vec<String> = (1..=THREADS)
+    let ratios: Vec<f64> = (1..=THREADS)
         .map(|threads| {
-            let ratio = paired_ratio(
+            paired_ratio(
                 || timed(&Direct(&discarded), threads, n),
                 || timed(&Direct(&none), threads, n),
-            );
-            format!("{ratio:.3} ({threads}t)")
+            )
         })
         .collect();
     discarded.settled();
     println!(
         "  of which: io with a tracer that keeps nothing / io = {} (the events made)",
-        ratios.join(", ")
+        per_threads(&ratios, 3, f64::INFINITY)
     );
     let floor = clock_floor(2, "the tracer's two trace clock readings");
     if floor.iter().all(|&ratio| ratio > TRACER_TARGET) {
@@ -1098,14 +1103,9 @@ fn clock_floor(reads: usize, what: &str) -> Vec<f64> {
         })
         .collect();
     dev.settled();
-    let shown: Vec<String> = ratios
-        .iter()
-        .zip(1..)
-        .map(|(ratio, threads)| format!("{ratio:.3} ({threads}t)"))
-        .collect();
     println!(
         "  of which: io with {what} / io = {} (nothing else added)",
-        shown.join(", ")
+        per_threads(&ratios, 3, f64::INFINITY)
     );
     ratios
 }
@@ -1135,19 +1135,12 @@ fn accounting_summary() {
     };
     let (on, off, off2) = (many(true), many(false), many(false));
     let n = PAIRED_IOS;
-    let ratios: Vec<String> = (1..=THREADS)
-        .map(|threads| {
-            let ratio = paired_ratio(turns(&on, threads, n), turns(&off, threads, n));
-            let miss = if ratio > ACCOUNTING_TARGET { "*" } else { "" };
-            format!("{ratio:.3}{miss} ({threads}t)")
-        })
+    let ratios: Vec<f64> = (1..=THREADS)
+        .map(|threads| paired_ratio(turns(&on, threads, n), turns(&off, threads, n)))
         .collect();
     // The harness's own noise: queues alike, accounting off on both sides.
-    let same: Vec<String> = (1..=THREADS)
-        .map(|threads| {
-            let ratio = paired_ratio(turns(&off2, threads, n), turns(&off, threads, n));
-            format!("{ratio:.3} ({threads}t)")
-        })
+    let same: Vec<f64> = (1..=THREADS)
+        .map(|threads| paired_ratio(turns(&off2, threads, n), turns(&off, threads, n)))
         .collect();
     for dev in on.iter().chain(&off).chain(&off2) {
         dev.settled();
@@ -1159,10 +1152,10 @@ fn accounting_summary() {
     println!();
     println!(
         "accounting: on/off = {} (paired per I/O, median of {PAIRED_ROUNDS} rounds of {n}, over {PLACEMENTS} queues a side; <= {ACCOUNTING_TARGET})",
-        ratios.join(", ")
+        per_threads(&ratios, 3, ACCOUNTING_TARGET)
     );
     println!(
         "accounting: off/off = {} (the same, two queues with accounting off: the noise)",
-        same.join(", ")
+        per_threads(&same, 3, f64::INFINITY)
     );
 }

@@ -1082,8 +1082,8 @@ mod tests {
             ),
             (None, None, None)
         );
-        // A request the submission ends takes the mark's reading, and the next of a batch
-        // takes it too.
+        // A request the submission ends takes the mark's reading, and keeps it for the next
+        // completion of a batch.
         let mut now = None;
         acct.done(own(1), 1, OpGroup::Read, 8, 3, &mut now, || unreachable!());
         assert_eq!(now, Some(7));

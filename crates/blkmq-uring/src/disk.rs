@@ -792,19 +792,16 @@ impl Shared {
             let _ = queue.end_request(rq, Status::Ok);
             return;
         }
-        let Some(op) = queue.io(&rq).map(|io| io.op()) else {
-            return;
-        };
         if res < 0 {
+            // The error's status depends on the operation.
+            let Some(op) = queue.io(&rq).map(|io| io.op()) else {
+                return;
+            };
             let _ = queue.end_request(rq, status_of_errno(op, -res));
             return;
         }
         let done = res as u64;
-        if !op.has_data() {
-            let _ = queue.end_request(rq, Status::Ok);
-            return;
-        }
-        // A short transfer: the end of a file shorter than the device reads nothing (or
+        // A short transfer of a read or write: the end of a file shorter than the device reads nothing (or
         // less than a block), so it ends with an error; otherwise the bytes done end and
         // the rest goes again.
         if done < u64::from(self.block) {
