@@ -583,7 +583,7 @@ fn two_threads<W: Workload>(imp: &W, iters: u64) -> Duration {
         // The second thread takes copies of what it needs: reading them through this
         // frame would share its cache lines with the first thread's state, which lives
         // here and changes on every step.
-        s.spawn(move || {
+        let second = s.spawn(move || {
             bind_to_cpu(1);
             let mut local = imp.local(1);
             rendezvous(ready, THREADS);
@@ -603,7 +603,12 @@ fn two_threads<W: Workload>(imp: &W, iters: u64) -> Duration {
         imp.finish(&mut local);
         done.fetch_add(1, Ordering::AcqRel);
         wait_for(done, THREADS);
-        start.elapsed()
+        let time = start.elapsed();
+        // Joined, not left to the scope: a join waits until the thread is gone, its
+        // thread-locals too, so the CPU it held alone on the platform is free again when
+        // the next call's second thread asks for it (the scope alone returns before that).
+        second.join().expect("the second thread");
+        time
     })
 }
 

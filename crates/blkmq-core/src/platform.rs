@@ -111,6 +111,42 @@ pub trait Platform: Send + Sync + 'static {
         None
     }
 
+    /// Whether [`fence_all`](Self::fence_all) works on this platform: the same answer for
+    /// the platform's whole life. When it does, a CPU's [sole holder](Self::exclusive_cpu)
+    /// takes and lets go of a request queue's usage references with a plain load and store
+    /// and no fence of its own, and the rare freeze pays for both sides with one
+    /// `fence_all` (see `percpu.rs`). The default says no: the references take locked
+    /// operations.
+    ///
+    /// ```
+    /// use blkmq_core::{Platform, StdPlatform};
+    /// let platform = StdPlatform::with_cpus(1);
+    /// // Linux's `membarrier`, where the kernel lets the process register for it.
+    /// let _ = platform.can_fence_all();
+    /// ```
+    #[inline]
+    fn can_fence_all(&self) -> bool {
+        false
+    }
+
+    /// The heavy side of an asymmetric fence: returns only once every other context of
+    /// this platform has passed a full memory barrier since the call began, or ended its
+    /// block layer call (Linux user space: `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)`;
+    /// a kernel: `synchronize_rcu()`, the light sides being the sole holder's counts, with
+    /// preemption off). Called only where [`can_fence_all`](Self::can_fence_all) says so,
+    /// once per freeze: it may take microseconds. It must not fail: a platform that may
+    /// not manage it says no in `can_fence_all`. The default does nothing.
+    ///
+    /// ```
+    /// use blkmq_core::{Platform, StdPlatform};
+    /// let platform = StdPlatform::with_cpus(1);
+    /// if platform.can_fence_all() {
+    ///     platform.fence_all(); // every thread of the process passed a barrier
+    /// }
+    /// ```
+    #[inline]
+    fn fence_all(&self) {}
+
     /// A monotonic clock in nanoseconds: deadlines, budgets, idling and timeouts use it.
     ///
     /// ```
@@ -294,11 +330,24 @@ mod std_platform {
         static TOKEN: Cell<usize> = const { Cell::new(0) };
         /// The CPU ids this thread holds alone, given back when it ends.
         static CLAIMS: RefCell<Claims> = const { RefCell::new(Claims::NONE) };
-        /// The CPU this thread last found it holds alone: the platform's id (zero: none) and
-        /// the CPU. Cleared when the thread is pinned elsewhere and when it gives its
-        /// claims back.
-        static HELD: Cell<(usize, usize)> = const { Cell::new((0, 0)) };
+        /// What this thread last found of its slot on a platform: the platform's id (zero:
+        /// nothing found), the CPU, and [`HOLDS`] when it holds it alone, else the count of
+        /// claims given back ([`RELEASES`]) when it found another thread holding it. Cleared
+        /// when the thread is pinned elsewhere and when it gives its claims back.
+        static HELD: Cell<(usize, usize, usize)> = const { Cell::new(NOTHING_HELD) };
     }
+
+    /// `HELD` with nothing found.
+    const NOTHING_HELD: (usize, usize, usize) = (0, 0, 0);
+
+    /// `HELD`'s mark of a slot held alone.
+    const HOLDS: usize = usize::MAX;
+
+    /// Claims given back so far, by threads ending (one per claim: it never reaches
+    /// [`HOLDS`]). A thread that found its slot taken asks again only once this
+    /// has moved, so the answer "not yours" costs one read of a line written only when a
+    /// thread ends.
+    static RELEASES: AtomicUsize = AtomicUsize::new(0);
 
     /// Hands out platform ids, each once (zero is none): clones share one.
     static NEXT_PLATFORM: AtomicUsize = AtomicUsize::new(1);
@@ -309,34 +358,35 @@ mod std_platform {
     /// Hands out thread tokens, each once (zero is none).
     static NEXT_TOKEN: AtomicUsize = AtomicUsize::new(1);
 
-    /// How many CPU ids one thread may hold alone at once (over every platform it uses);
-    /// past that it holds no more, and its counts take the atomic way.
-    const MAX_CLAIMS: usize = 4;
-
     /// One platform's claim table: per CPU id, the token of the thread holding it alone
     /// (zero: nobody).
     type Owners = Arc<[AtomicUsize]>;
 
     /// The CPU ids a thread holds: its claim tables (weak: a platform dropped takes its
-    /// table with it, and the entry is free again) and the id in each.
+    /// table with it, and the entry goes at the thread's next claim) and the id in each.
+    /// As many as the platforms the thread holds a slot on: a thread that serves many
+    /// hosts holds a slot on each, so none of them falls back to locked counts (an entry
+    /// is made once per platform, never per I/O).
     struct Claims {
-        held: [Option<(Weak<[AtomicUsize]>, usize)>; MAX_CLAIMS],
+        held: Vec<(Weak<[AtomicUsize]>, usize)>,
     }
 
     impl Claims {
-        const NONE: Claims = Claims {
-            held: [const { None }; MAX_CLAIMS],
-        };
+        const NONE: Claims = Claims { held: Vec::new() };
     }
 
     impl Drop for Claims {
         fn drop(&mut self) {
             // First: from here on the thread holds nothing, whatever it still counts.
-            let _ = HELD.try_with(|held| held.set((0, 0)));
-            for (owners, cpu) in self.held.iter_mut().filter_map(Option::take) {
+            let _ = HELD.try_with(|held| held.set(NOTHING_HELD));
+            for (owners, cpu) in self.held.drain(..) {
                 if let Some(owners) = owners.upgrade() {
                     // Release: the next holder's acquire sees every count this one wrote.
                     owners[cpu].store(0, Ordering::Release);
+                    // After the slot is free: a thread that read the count before it looked
+                    // at the slot and found it taken sees the count move (see
+                    // `look_up_claim`).
+                    RELEASES.fetch_add(1, Ordering::Release);
                 }
             }
         }
@@ -621,9 +671,13 @@ mod std_platform {
         }
 
         /// Whether the calling thread holds its slot on this platform, taking it if nobody
-        /// does; remembered in `HELD` when it does.
+        /// does; remembered in `HELD` either way.
         #[cold]
         fn look_up_claim(&self) -> Option<usize> {
+            // Read before the slot: a claim given back after this read moves the count
+            // (its holder frees the slot first), so a "taken" remembered with this count
+            // is asked again once the slot may be free.
+            let releases = RELEASES.load(Ordering::Acquire);
             let cpu = self.current_cpu();
             let token = token();
             let held = match self.inner.owners[cpu].load(Ordering::Relaxed) {
@@ -631,30 +685,26 @@ mod std_platform {
                 0 => self.claim(cpu, token),
                 _ => None,
             };
-            if held.is_some() {
-                HELD.with(|last| last.set((self.inner.id, cpu)));
-            }
+            let found = if held.is_some() { HOLDS } else { releases };
+            HELD.with(|last| last.set((self.inner.id, cpu, found)));
             held
         }
 
         /// Takes CPU slot `cpu`, nobody's a moment ago, for the thread of `token`; `None`
-        /// when another thread took it first or this one holds as many as it may.
+        /// when another thread took it first, or the thread is ending.
         #[cold]
         fn claim(&self, cpu: usize, token: usize) -> Option<usize> {
             // A thread ending has given its claims back already: it takes no more.
             CLAIMS
                 .try_with(|claims| {
                     let mut claims = claims.try_borrow_mut().ok()?;
-                    let free = claims.held.iter_mut().find(|entry| {
-                        entry
-                            .as_ref()
-                            .is_none_or(|(owners, _)| owners.strong_count() == 0)
-                    })?;
                     // Acquire: sees every count the last holder wrote before it let go.
                     self.inner.owners[cpu]
                         .compare_exchange(0, token, Ordering::Acquire, Ordering::Relaxed)
                         .ok()?;
-                    *free = Some((Arc::downgrade(&self.inner.owners), cpu));
+                    // The entries of platforms dropped since go.
+                    claims.held.retain(|(owners, _)| owners.strong_count() > 0);
+                    claims.held.push((Arc::downgrade(&self.inner.owners), cpu));
                     Some(cpu)
                 })
                 .ok()
@@ -675,7 +725,7 @@ mod std_platform {
         /// ```
         pub fn pin_current_thread(&self, cpu: usize) {
             CPU_SLOT.with(|slot| slot.set(Some(cpu)));
-            HELD.with(|held| held.set((0, 0)));
+            HELD.with(|held| held.set(NOTHING_HELD));
         }
 
         /// Sends every later kick to `handler` (which must not run the queue inline).
@@ -747,14 +797,21 @@ mod std_platform {
 
         /// The thread's CPU slot, when the thread holds it alone on this platform (and its
         /// clones): the first thread to ask for a slot nobody holds takes it, and keeps it
-        /// until it ends (a thread may hold a few, one per slot it was pinned to). Another
+        /// until it ends (a thread holds one per platform and slot it was pinned to). Another
         /// thread with the same slot meanwhile gets `None`.
         #[inline]
         fn exclusive_cpu(&self) -> Option<usize> {
             // A claim is given back only when its thread ends, and the slot changes only by
             // a pin: the CPU found last time holds until either clears `HELD`.
             match HELD.with(Cell::get) {
-                (platform, cpu) if platform == self.inner.id => Some(cpu),
+                (platform, cpu, HOLDS) if platform == self.inner.id => Some(cpu),
+                // Taken by another thread when last asked, and no claim given back since.
+                (platform, _, releases)
+                    if platform == self.inner.id
+                        && releases == RELEASES.load(Ordering::Relaxed) =>
+                {
+                    None
+                }
                 _ => self.look_up_claim(),
             }
         }
@@ -767,6 +824,20 @@ mod std_platform {
         #[inline]
         fn coarse_now_ns(&self) -> u64 {
             self.inner.clock.coarse_now_ns()
+        }
+
+        /// On Linux, whether the process could register for `membarrier`'s private
+        /// expedited fence (asked once per process); elsewhere no.
+        #[inline]
+        fn can_fence_all(&self) -> bool {
+            membarrier::registered()
+        }
+
+        /// `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)`: every running thread of the
+        /// process passes a full barrier (the kernel interrupts the CPUs running them; a
+        /// thread switched out passed one when it was).
+        fn fence_all(&self) {
+            membarrier::fence();
         }
 
         #[inline]
@@ -842,6 +913,64 @@ mod std_platform {
                 let _ = handle.join();
             }
         }
+    }
+
+    /// The process-wide memory barrier of [`Platform::fence_all`].
+    #[cfg(target_os = "linux")]
+    mod membarrier {
+        extern crate std;
+
+        use std::sync::OnceLock;
+
+        /// `membarrier` commands (Linux's `include/uapi/linux/membarrier.h`).
+        const CMD_QUERY: libc::c_int = 0;
+        const CMD_PRIVATE_EXPEDITED: libc::c_int = 1 << 3;
+        const CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_int = 1 << 4;
+
+        fn call(cmd: libc::c_int) -> libc::c_long {
+            // SAFETY: `membarrier` takes three integers and touches no memory of ours.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_membarrier,
+                    cmd,
+                    0 as libc::c_uint,
+                    0 as libc::c_int,
+                )
+            }
+        }
+
+        /// Whether the process is registered for the private expedited fence: asked the
+        /// kernel once (a kernel before 4.14, or a sandbox that filters the call, says no).
+        #[inline]
+        pub(super) fn registered() -> bool {
+            static REGISTERED: OnceLock<bool> = OnceLock::new();
+            *REGISTERED.get_or_init(|| {
+                let supported = call(CMD_QUERY);
+                supported >= 0
+                    && supported & libc::c_long::from(CMD_PRIVATE_EXPEDITED) != 0
+                    && supported & libc::c_long::from(CMD_REGISTER_PRIVATE_EXPEDITED) != 0
+                    && call(CMD_REGISTER_PRIVATE_EXPEDITED) == 0
+            })
+        }
+
+        /// The fence; only after [`registered`] said yes.
+        pub(super) fn fence() {
+            assert!(registered(), "fence_all without membarrier");
+            // Registered, the call has nothing left to refuse; were it to fail all the
+            // same, counts that rely on it could be missed: stop rather than go on.
+            let done = call(CMD_PRIVATE_EXPEDITED);
+            assert_eq!(done, 0, "membarrier failed after registering");
+        }
+    }
+
+    /// Not Linux: no process-wide fence.
+    #[cfg(not(target_os = "linux"))]
+    mod membarrier {
+        pub(super) fn registered() -> bool {
+            false
+        }
+
+        pub(super) fn fence() {}
     }
 
     /// Nanoseconds since the platform was made, on Linux straight from the kernel's

@@ -26,6 +26,19 @@ pub(crate) fn seqcst_pair() {
     loom::sync::atomic::fence(Ordering::SeqCst);
 }
 
+/// The light side of an asymmetric fence, whose heavy side is
+/// [`Platform::fence_all`](crate::Platform::fence_all): on hardware only the compiler is
+/// kept from moving accesses across it (the heavy side makes every other thread pass a
+/// full barrier wherever it stands); under loom, which cannot interrupt a thread with a
+/// barrier, a `SeqCst` fence, paired with the one the model platforms' `fence_all` makes.
+#[inline(always)]
+pub(crate) fn asymmetric_light() {
+    #[cfg(loom)]
+    loom::sync::atomic::fence(Ordering::SeqCst);
+    #[cfg(not(loom))]
+    core::sync::atomic::compiler_fence(Ordering::SeqCst);
+}
+
 /// One turn of a short wait for another thread: a spin hint on hardware, a yield under loom
 /// (whose scheduler must see the waiter give way).
 #[inline]

@@ -51,9 +51,16 @@ fn pin(cpu: usize) {
 }
 
 /// CPUs from a per-thread setting, a clock that stands still, and kicks counted.
+///
+/// With `sole`, each thread is the sole holder of the CPU it runs on
+/// ([`Platform::exclusive_cpu`]), which the models keep true (no two threads write with one
+/// CPU at once), and the platform fences all: `fence_all` is a `SeqCst` fence, the model of
+/// a call that makes every thread pass one (the holders' side of it is a fence too, under
+/// loom: see `percpu.rs`).
 struct LoomPlatform {
     nr_cpus: usize,
     kicks: AtomicUsize,
+    sole: bool,
 }
 
 impl Platform for LoomPlatform {
@@ -65,6 +72,18 @@ impl Platform for LoomPlatform {
 
     fn current_cpu(&self) -> usize {
         CPU.with(Cell::get)
+    }
+
+    fn exclusive_cpu(&self) -> Option<usize> {
+        self.sole.then(|| CPU.with(Cell::get))
+    }
+
+    fn can_fence_all(&self) -> bool {
+        self.sole
+    }
+
+    fn fence_all(&self) {
+        loom::sync::atomic::fence(Ordering::SeqCst);
     }
 
     fn now_ns(&self) -> u64 {
@@ -224,15 +243,33 @@ impl World {
         world
     }
 
+    /// As [`new`](Self::new), each thread its CPU's sole holder when `sole` (see
+    /// [`LoomPlatform`]).
+    fn holders(tags: TagSetBuilder, nr_cpus: usize, device: Device, sole: bool) -> Self {
+        let config = QueueConfig::new(QueueLimits::new(1024));
+        Self::with_platform(tags, nr_cpus, device, config, sole)
+    }
+
     fn with_config(
         tags: TagSetBuilder,
         nr_cpus: usize,
         device: Device,
         config: QueueConfig,
     ) -> Self {
+        Self::with_platform(tags, nr_cpus, device, config, false)
+    }
+
+    fn with_platform(
+        tags: TagSetBuilder,
+        nr_cpus: usize,
+        device: Device,
+        config: QueueConfig,
+        sole: bool,
+    ) -> Self {
         let platform = LoomPlatform {
             nr_cpus,
             kicks: AtomicUsize::new(0),
+            sole,
         };
         let host = Host::new(tags.max_queues(1), platform, device).unwrap();
         let queue = host.add_queue(config).unwrap();
@@ -548,8 +585,25 @@ fn elevator_two_submitters_reach_an_idle_device() {
 /// counted, so "drained" then would be a lie), and the count agrees afterwards.
 #[test]
 fn freeze_drains_against_entering_submitters_and_completions() {
-    model(Some(3), || {
-        let world = Arc::new(World::new(TagSet::builder(4), 2, Device::new(4, None)));
+    freeze_drains(false);
+}
+
+/// As [`freeze_drains_against_entering_submitters_and_completions`], each thread its CPU's
+/// sole holder on a platform that fences all: the submitter and the completion count with
+/// plain stores, the freeze's fence standing for theirs.
+#[test]
+fn freeze_drains_against_entering_submitters_and_completions_sole_holders() {
+    freeze_drains(true);
+}
+
+fn freeze_drains(sole: bool) {
+    model(Some(3), move || {
+        let world = Arc::new(World::holders(
+            TagSet::builder(4),
+            2,
+            Device::new(4, None),
+            sole,
+        ));
         let mut held = world.prefill(1);
         let first = held.pop().unwrap();
         let completer = {
@@ -591,8 +645,24 @@ fn freeze_drains_against_entering_submitters_and_completions() {
 /// ended.
 #[test]
 fn freeze_counts_readers_that_move_between_cpus() {
-    model(Some(3), || {
-        let world = Arc::new(World::new(TagSet::builder(4), 2, Device::new(4, None)));
+    freeze_counts_readers(false);
+}
+
+/// As [`freeze_counts_readers_that_move_between_cpus`], each thread its CPU's sole holder on
+/// a platform that fences all: the reader's let-go on CPU 1 is a plain store.
+#[test]
+fn freeze_counts_readers_that_move_between_cpus_sole_holders() {
+    freeze_counts_readers(true);
+}
+
+fn freeze_counts_readers(sole: bool) {
+    model(Some(3), move || {
+        let world = Arc::new(World::holders(
+            TagSet::builder(4),
+            2,
+            Device::new(4, None),
+            sole,
+        ));
         let in_flight = world.prefill(1);
         let reader = {
             let world = world.clone();

@@ -305,6 +305,9 @@ pub struct RequestQueue<D: Driver> {
     kicked: RestartSet,
     /// Holders (requests, submitters, timeout checks), counted per CPU, and the frozen flag.
     usage: crate::percpu::PercpuRef,
+    /// The platform fences all ([`Platform::can_fence_all`]): a CPU's sole holder counts
+    /// its usage references with plain stores.
+    fences_all: bool,
     /// Freeze depth; changing it and the frozen flag together.
     freeze_depth: Lock<D, usize>,
     /// Held across run-time changes (elevator, `nr_requests`).
@@ -439,6 +442,7 @@ impl<D: Driver> RequestQueue<D> {
             restart: RestartSet::new(nr_hw)?,
             kicked: RestartSet::new(nr_hw)?,
             usage: crate::percpu::PercpuRef::new(host.set.nr_cpus()),
+            fences_all: host.set.platform().can_fence_all(),
             freeze_depth: lock_api::Mutex::new(0),
             change_lock: lock_api::Mutex::new(()),
             switching: AtomicBool::new(false),

@@ -3,6 +3,7 @@
 use core::fmt;
 
 use crate::driver::Driver;
+use crate::platform::Platform;
 use crate::queue_tags::QueueTags;
 use crate::sync::{Ordering, seqcst_pair};
 
@@ -33,14 +34,29 @@ impl<D: Driver> RequestQueue<D> {
     /// count (see `percpu.rs`).
     #[inline]
     pub(super) fn enter(&self) -> Option<UsageRef<'_, D>> {
-        self.usage.get(self.cpu()).then(|| UsageRef(self))
+        let (cpu, sole) = self.usage_cpu();
+        self.usage.get(cpu, sole).then(|| UsageRef(self))
     }
 
     /// Lets go of one usage count: a [`UsageRef`]'s drop, or the end of a request that held
     /// one ([`UsageRef::hand_to_request`]).
     #[inline]
     pub(super) fn put_usage(&self) {
-        self.usage.put(self.cpu());
+        let (cpu, sole) = self.usage_cpu();
+        self.usage.put(cpu, sole);
+    }
+
+    /// The CPU whose part of the usage count the caller writes, and whether it writes it
+    /// as that CPU's sole holder on a platform that fences all (with plain stores; see
+    /// `percpu.rs`).
+    #[inline(always)]
+    fn usage_cpu(&self) -> (usize, bool) {
+        if self.fences_all {
+            if let Some(cpu) = self.platform().exclusive_cpu() {
+                return (cpu, true);
+            }
+        }
+        (self.cpu(), false)
     }
 
     /// Takes a usage reference even while frozen (a timeout check, a drain check: work on
@@ -79,7 +95,12 @@ impl<D: Driver> RequestQueue<D> {
     pub fn freeze_start(&self) {
         let mut depth = self.freeze_depth.lock();
         if *depth == 0 {
-            self.usage.kill();
+            // Sole holders count without a fence of their own: theirs is this one.
+            self.usage.kill(|| {
+                if self.fences_all {
+                    self.platform().fence_all();
+                }
+            });
         }
         *depth += 1;
     }

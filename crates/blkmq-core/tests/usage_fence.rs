@@ -1,0 +1,185 @@
+//! The usage count kept by CPUs' sole holders with plain stores, on platforms that fence
+//! all ([`Platform::can_fence_all`]): a freeze fences once, nested freezes do not again, a
+//! platform that cannot is never asked, and references taken by sole holders and let go
+//! by anyone (another sole holder, a thread sharing a CPU) sum exactly, on `StdPlatform`
+//! with real threads as on a platform the test controls. The races themselves are the
+//! loom models' (`loom_queue.rs`, the `_sole_holders` twins).
+
+#![cfg(not(loom))]
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, mpsc};
+use std::thread;
+
+use blkmq_core::testing::Hold;
+use blkmq_core::{
+    Bio, Host, Op, Platform, QueueConfig, QueueLimits, RequestQueue, Status, StdPlatform, TagSet,
+};
+
+/// One CPU, held alone by whoever asks (the test runs one thread), fencing all when `can`,
+/// and counting the fences.
+struct Fencing {
+    can: bool,
+    fences: AtomicUsize,
+}
+
+impl Platform for Fencing {
+    type RawMutex = spin::mutex::SpinMutex<()>;
+
+    fn nr_cpus(&self) -> usize {
+        1
+    }
+
+    fn current_cpu(&self) -> usize {
+        0
+    }
+
+    fn exclusive_cpu(&self) -> Option<usize> {
+        Some(0)
+    }
+
+    fn can_fence_all(&self) -> bool {
+        self.can
+    }
+
+    fn fence_all(&self) {
+        assert!(
+            self.can,
+            "fence_all asked of a platform that said it cannot"
+        );
+        self.fences.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn now_ns(&self) -> u64 {
+        0
+    }
+
+    fn kick(&self, _hctx: usize) {}
+}
+
+/// A host over a [`Fencing`] platform, its driver holding what it takes, and its queue.
+type World = (Arc<Host<Hold<Fencing>>>, Arc<RequestQueue<Hold<Fencing>>>);
+
+fn fencing(can: bool) -> World {
+    let platform = Fencing {
+        can,
+        fences: AtomicUsize::new(0),
+    };
+    let host = Host::new(TagSet::builder(8), platform, Hold::new()).unwrap();
+    let queue = host
+        .add_queue(QueueConfig::new(QueueLimits::new(1024)))
+        .unwrap();
+    (host, queue)
+}
+
+#[test]
+fn a_freeze_fences_all_once_where_the_platform_can_and_never_where_it_cannot() {
+    for can in [true, false] {
+        let (host, queue) = fencing(can);
+        let fences = || host.set().platform().fences.load(Ordering::SeqCst);
+        queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+        queue.submit(Bio::new(Op::Read, 64, 8)).unwrap();
+        assert_eq!(queue.usage(), 2, "can: {can}");
+        assert_eq!(fences(), 0, "no fence before a freeze");
+        queue.freeze_start();
+        assert_eq!(fences(), usize::from(can), "the freeze's one fence");
+        queue.freeze_start();
+        assert_eq!(fences(), usize::from(can), "a nested freeze fences no more");
+        assert!(!queue.is_drained());
+        let held = host.driver().take();
+        queue
+            .end_requests(held.into_iter().map(|rq| (rq, Status::Ok)))
+            .unwrap();
+        assert!(queue.is_drained());
+        queue.unfreeze();
+        queue.unfreeze();
+        queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+        assert_eq!(queue.usage(), 1);
+        queue.freeze_start();
+        assert_eq!(fences(), 2 * usize::from(can), "a new freeze fences again");
+        let held = host.driver().take();
+        queue
+            .end_requests(held.into_iter().map(|rq| (rq, Status::Ok)))
+            .unwrap();
+        assert!(queue.is_drained());
+        // A refused submission takes nothing.
+        assert!(queue.submit(Bio::new(Op::Read, 0, 8)).is_err());
+        assert_eq!(queue.usage(), 0);
+        queue.unfreeze();
+    }
+}
+
+/// On `StdPlatform`: requests taken by CPU 0's sole holder and ended by a thread sharing
+/// CPU 0 (its counts on the shared half) and by CPU 1's sole holder (on CPU 1's own half):
+/// the usage count follows each step exactly, and a freeze drains to zero.
+#[test]
+fn references_of_sole_holders_let_go_by_anyone_sum_exactly() {
+    let platform = StdPlatform::with_cpus(2);
+    let host = Host::new(TagSet::builder(64), platform, Hold::new()).unwrap();
+    let queue = host
+        .add_queue(QueueConfig::new(QueueLimits::new(1 << 20)))
+        .unwrap();
+    let fences = host.set().platform().can_fence_all();
+    let (submitted, taken) = mpsc::channel::<()>();
+    let (finish, finished) = mpsc::channel::<()>();
+    let queue = &queue;
+    thread::scope(|s| {
+        let taker = s.spawn(move || {
+            queue.platform().pin_current_thread(0);
+            assert_eq!(
+                queue.platform().exclusive_cpu(),
+                Some(0),
+                "CPU 0 is the taker's"
+            );
+            for i in 0..48u64 {
+                queue.submit(Bio::new(Op::Write, i * 16, 8)).unwrap();
+            }
+            assert_eq!(queue.usage(), 48);
+            submitted.send(()).unwrap();
+            // Held on: CPU 0 stays the taker's (a claim lasts the thread's life) while
+            // the others run.
+            finished.recv().unwrap();
+        });
+        taken.recv().unwrap();
+        assert_eq!(host.driver().len(), 48);
+        let mut held = host.driver().take();
+        let second = held.split_off(24);
+        s.spawn(|| {
+            queue.platform().pin_current_thread(0);
+            assert_eq!(queue.platform().exclusive_cpu(), None, "CPU 0 is taken");
+            for rq in held {
+                queue.end_request(rq, Status::Ok).unwrap();
+            }
+        })
+        .join()
+        .unwrap();
+        assert_eq!(queue.usage(), 24);
+        s.spawn(|| {
+            queue.platform().pin_current_thread(1);
+            assert_eq!(queue.platform().exclusive_cpu(), Some(1));
+            queue.submit(Bio::new(Op::Read, 1 << 19, 8)).unwrap();
+            assert_eq!(queue.usage(), 25);
+            for rq in second {
+                queue.end_request(rq, Status::Ok).unwrap();
+            }
+            assert_eq!(queue.usage(), 1);
+        })
+        .join()
+        .unwrap();
+        queue.freeze_start();
+        assert!(!queue.is_drained(), "one request is still in the driver");
+        let last = host.driver().take();
+        assert_eq!(last.len(), 1);
+        queue
+            .end_requests(last.into_iter().map(|rq| (rq, Status::Ok)))
+            .unwrap();
+        assert!(queue.is_drained());
+        assert_eq!(queue.usage(), 0);
+        queue.unfreeze();
+        finish.send(()).unwrap();
+        taker.join().unwrap();
+    });
+    // Where the kernel lets the process register for `membarrier`, the sole holders
+    // counted with plain stores; the sums were exact either way.
+    eprintln!("fences all: {fences}");
+}
