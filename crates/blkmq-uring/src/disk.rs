@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::thread::{JoinHandle, ThreadId};
 
 use blkmq_core::{
-    BioFlags, Driver, HctxCx, Host, Op, QueueConfig, QueueLimits, QueueType, Rejected, RequestInit,
-    RequestQueue, Rq, SECTOR_SIZE, Status, StdPlatform, TagSet, TagSetBuilder,
+    BioFlags, Driver, HctxCx, Host, Op, Platform, QueueConfig, QueueLimits, QueueType, Rejected,
+    RequestInit, RequestQueue, Rq, SECTOR_SIZE, Status, StdPlatform, TagSet, TagSetBuilder,
 };
 use io_uring::{IoUring, opcode, squeue, types};
 
@@ -442,6 +442,9 @@ impl UringDisk {
             let reaper = std::thread::Builder::new()
                 .name(format!("blkmq-uring-{hctx}"))
                 .spawn(move || {
+                    // Before it says it runs: a thread of the caller's pinned to the same
+                    // CPU once `attach` has returned finds it held.
+                    shared.take_cpu(hctx);
                     let _ = started.send(());
                     drop(started);
                     shared.reap(hctx)
@@ -668,23 +671,34 @@ impl Shared {
         })
     }
 
+    /// On the reaper of ring `hctx`, before it reaps: runs it on the first CPU of its
+    /// hardware queue, and holds that CPU alone where nobody does yet.
+    ///
+    /// A completion's context is a CPU of its ring's hardware queue (Linux's interrupt
+    /// affinity): what a completion submits goes to this ring, entered by this reaper's own
+    /// wait, not to another reaper's ring. The reaper ends and submits the most on that
+    /// CPU, so it is the one to hold it ([`Platform::exclusive_cpu`]): its usage and
+    /// accounting counts there take plain stores instead of locked operations.
+    fn take_cpu(&self, hctx: usize) {
+        let Some(queue) = self.queue.get().and_then(Weak::upgrade) else {
+            return;
+        };
+        let cpu = queue
+            .maps()
+            .map(QueueType::Default)
+            .and_then(|map| map.cpus_of(hctx).next());
+        if let Some(cpu) = cpu {
+            let platform = queue.platform();
+            platform.pin_current_thread(cpu);
+            let _ = platform.exclusive_cpu();
+        }
+    }
+
     /// The reaper of ring `hctx`: waits for completions and ends their requests, until
     /// the disk stops and every operation pushed has completed.
     fn reap(&self, hctx: usize) {
         let ring = &self.rings[hctx];
         let weak = self.queue.get().cloned().unwrap_or_default();
-        if let Some(queue) = weak.upgrade() {
-            // A completion's context is a CPU of its ring's hardware queue (Linux's
-            // interrupt affinity): what a completion submits goes to this ring, entered
-            // by this reaper's own wait, not to another reaper's ring.
-            let cpu = queue
-                .maps()
-                .map(QueueType::Default)
-                .and_then(|map| map.cpus_of(hctx).next());
-            if let Some(cpu) = cpu {
-                queue.platform().pin_current_thread(cpu);
-            }
-        }
         let mut reaped: u64 = 0;
         let mut errors = 0u32;
         // SAFETY: this thread is the ring's reaper, the one user of `held`.

@@ -7,7 +7,7 @@
 
 mod common;
 
-use blkmq_core::{Bio, BioFlags, Op, SECTOR_SIZE, Segment, Status};
+use blkmq_core::{Bio, BioFlags, Op, Platform, QueueType, SECTOR_SIZE, Segment, Status};
 use blkmq_uring::{IoMode, OpenError, UringDisk};
 use common::*;
 
@@ -510,4 +510,47 @@ fn a_write_to_a_full_filesystem_ends_with_no_space() {
         drop(rig);
         drop(fs);
     });
+}
+
+/// Each reaper holds the first CPU of its hardware queue alone once the disk serves: a
+/// thread pinned to that CPU gets no promise of it ([`Platform::exclusive_cpu`]), so the
+/// reaper's counts there are the plain ones. Another CPU is still free to take.
+#[test]
+fn each_reaper_holds_its_hardware_queues_cpu_alone() {
+    let path = TempPath::new("reaper-cpu");
+    let builder = UringDisk::builder(&path.0).size(MIB).hw_queues(2);
+    let Some(rig) = rig_with(path, builder, "none") else {
+        return;
+    };
+    let map = rig
+        .queue
+        .maps()
+        .map(QueueType::Default)
+        .expect("a default map");
+    let held: Vec<usize> = (0..2)
+        .map(|hctx| map.cpus_of(hctx).next().expect("a CPU per hardware queue"))
+        .collect();
+    let platform = rig.queue.platform();
+    for &cpu in &held {
+        let mine = std::thread::scope(|s| {
+            s.spawn(|| {
+                platform.pin_current_thread(cpu);
+                platform.exclusive_cpu()
+            })
+            .join()
+            .unwrap()
+        });
+        assert_eq!(mine, None, "CPU {cpu} is its reaper's");
+    }
+    if let Some(free) = (0..platform.nr_cpus()).find(|cpu| !held.contains(cpu)) {
+        let mine = std::thread::scope(|s| {
+            s.spawn(|| {
+                platform.pin_current_thread(free);
+                platform.exclusive_cpu()
+            })
+            .join()
+            .unwrap()
+        });
+        assert_eq!(mine, Some(free), "CPU {free} serves no reaper");
+    }
 }
