@@ -56,14 +56,14 @@
 //!
 //! | step | operation | line | written by |
 //! |---|---|---|---|
-//! | enter | usage `fetch_add` | the calling CPU's part of the queue's `PercpuRef` | that CPU only (a completion elsewhere puts on its own part) |
+//! | enter | usage `fetch_add`; none, a plain load and store, where the caller is its CPU's sole holder on a platform that fences all ([`Platform::can_fence_all`]: the freeze's `fence_all` stands for the fence) | the calling CPU's part of the queue's `PercpuRef` | that CPU only (a completion elsewhere puts on its own part) |
 //! | allocate | driver tag: `fetch_or` of a free bit into an sbitmap word; or, when the word is full and the hint names a bit waiting to be cleared (the common case after a put), `fetch_and` of that bit out of the word's `cleared` | the word the per-CPU hint picked | the CPUs whose hints are in that word: shared, spread by the hint |
 //! | claim | run claim compare-exchange `0 -> RUNNING` | the hardware context's | the CPUs of that hardware queue (reruns from completions only when it waits) |
 //! | issue | requests in the driver `fetch_add` | the hardware queue's own word in the [`Host`] (its requests in the driver and its completions) | the issuers and completers of that hardware queue's requests |
 //! | finish | run claim compare-exchange `RUNNING -> 0` | the hardware context's | as the claim |
 //! | end | request state compare-exchange `InFlight -> Complete` | the request's state word | the CPU that started it (a store) and the one that ends it |
 //! | free | tag `fetch_or` into the word's `cleared` (deferred clear) | the tag's sbitmap word | the CPUs freeing tags of that word |
-//! | let go | usage `fetch_sub` | the ending CPU's part of the `PercpuRef` | that CPU only |
+//! | let go | usage `fetch_sub`; none for a sole holder, as at enter | the ending CPU's part of the `PercpuRef` | that CPU only |
 //! | restart | out of the driver and one completion more, one `fetch_add` (one per run of a hardware queue's requests in [`end_requests`](RequestQueue::end_requests)) | the hardware queue's own word | as the issue |
 //!
 //! The driver's budget ([`Driver::get_budget`](crate::Driver::get_budget)) is the

@@ -263,9 +263,10 @@ impl<D: Driver> RequestQueue<D> {
         mut plug: Option<&mut Plug<'q, D>>,
         stamp: TraceStamp,
     ) -> Result<(), Bio> {
-        // The bio is read field by field here and copied only after `enter`'s locked
-        // operation: a caller that has just built it has stores in flight, and a wide copy
-        // of them would wait for them.
+        // The bio is read field by field here and copied only after `enter`: a caller that
+        // has just built it has stores in flight, and a wide copy of them would wait for
+        // them (`enter`'s locked operation lets them land; a sole holder's plain count
+        // takes none, and the copy comes as late as it can).
         let Some(usage) = self.enter() else {
             self.trace_untold_bio(bio, stamp);
             return Err(*bio);
