@@ -39,8 +39,9 @@
 //! other context from one ([`Platform::fence_all`](crate::Platform::fence_all)), that
 //! holder counts on a half of the CPU's part nobody else writes (`own`), with a plain load
 //! and store, and looks at `dead` with no fence in between; everyone else counts on the
-//! other half (`shared`) as above. The kill pays for it: after setting `dead` it calls
-//! `fence_all`, and only then does anybody sum. Dekker's pattern still holds, its fence
+//! other half (`shared`) as above. The freeze pays for it: after the kill has set `dead`
+//! it calls `fence_all`, and only then does it sum (a freeze that finds the queue killed
+//! already, nested, calls it too). Dekker's pattern still holds, its fence
 //! on the holder's side moved into that call (an asymmetric fence, as Linux's
 //! `percpu_ref` moves it into an RCU grace period): wherever the holder's barrier falls,
 //! either its add comes before the barrier, and so before every later sum's reads, or its
@@ -54,8 +55,8 @@
 //! Summing only some of the parts fails both. Their `_sole_holders` twins run the same
 //! races with every thread its CPU's sole holder, the asymmetric fence modelled as a
 //! `SeqCst` fence on each side (loom cannot make one thread interrupt another with a
-//! barrier): without the holder's side the first fails. That the kill makes the call,
-//! once per freeze, `tests/usage_fence.rs` checks.
+//! barrier): without the holder's side the first fails. That every freeze makes the call,
+//! `tests/usage_fence.rs` checks.
 
 use alloc::boxed::Box;
 
@@ -172,13 +173,12 @@ impl PercpuRef {
         Self::add(half, sole, 1usize.wrapping_neg());
     }
 
-    /// No new live reference from now on ([`get`](Self::get) fails). `fence_all` is the
-    /// platform's heavy fence, called after `dead` is set, before the caller sums; a
-    /// platform without one never has sole holders count (see the module's protocol).
-    pub(crate) fn kill(&self, fence_all: impl FnOnce()) {
+    /// No new live reference from now on ([`get`](Self::get) fails). Where sole holders
+    /// count, the caller makes the platform's `fence_all` after this and before it sums
+    /// (see the module's protocol).
+    pub(crate) fn kill(&self) {
         self.dead.store(true, Ordering::SeqCst);
         seqcst_pair();
-        fence_all();
     }
 
     /// Live again.

@@ -134,8 +134,9 @@ pub trait Platform: Send + Sync + 'static {
     /// block layer call (Linux user space: `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)`;
     /// a kernel: `synchronize_rcu()`, the light sides being the sole holder's counts, with
     /// preemption off). Called only where [`can_fence_all`](Self::can_fence_all) says so,
-    /// once per freeze: it may take microseconds. It must not fail: a platform that may
-    /// not manage it says no in `can_fence_all`. The default does nothing.
+    /// once per freeze and with no lock held: it may take microseconds, or sleep. It must
+    /// not fail: a platform that may not manage it says no in `can_fence_all`. The
+    /// default does nothing.
     ///
     /// ```
     /// use blkmq_core::{Platform, StdPlatform};

@@ -1,5 +1,5 @@
 //! The usage count kept by CPUs' sole holders with plain stores, on platforms that fence
-//! all ([`Platform::can_fence_all`]): a freeze fences once, nested freezes do not again, a
+//! all ([`Platform::can_fence_all`]): every freeze fences once, a nested one too, a
 //! platform that cannot is never asked, and references taken by sole holders and let go
 //! by anyone (another sole holder, a thread sharing a CPU) sum exactly, on `StdPlatform`
 //! with real threads as on a platform the test controls. The races themselves are the
@@ -73,7 +73,7 @@ fn fencing(can: bool) -> World {
 }
 
 #[test]
-fn a_freeze_fences_all_once_where_the_platform_can_and_never_where_it_cannot() {
+fn each_freeze_fences_all_once_where_the_platform_can_and_never_where_it_cannot() {
     for can in [true, false] {
         let (host, queue) = fencing(can);
         let fences = || host.set().platform().fences.load(Ordering::SeqCst);
@@ -84,7 +84,7 @@ fn a_freeze_fences_all_once_where_the_platform_can_and_never_where_it_cannot() {
         queue.freeze_start();
         assert_eq!(fences(), usize::from(can), "the freeze's one fence");
         queue.freeze_start();
-        assert_eq!(fences(), usize::from(can), "a nested freeze fences no more");
+        assert_eq!(fences(), 2 * usize::from(can), "a nested freeze fences too");
         assert!(!queue.is_drained());
         let held = host.driver().take();
         queue
@@ -96,7 +96,7 @@ fn a_freeze_fences_all_once_where_the_platform_can_and_never_where_it_cannot() {
         queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
         assert_eq!(queue.usage(), 1);
         queue.freeze_start();
-        assert_eq!(fences(), 2 * usize::from(can), "a new freeze fences again");
+        assert_eq!(fences(), 3 * usize::from(can), "a new freeze fences again");
         let held = host.driver().take();
         queue
             .end_requests(held.into_iter().map(|rq| (rq, Status::Ok)))

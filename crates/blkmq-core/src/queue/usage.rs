@@ -93,16 +93,20 @@ impl<D: Driver> RequestQueue<D> {
     /// # queue.end_requests(host.driver().take().into_iter().map(|rq| (rq, Status::Ok))).unwrap();
     /// ```
     pub fn freeze_start(&self) {
-        let mut depth = self.freeze_depth.lock();
-        if *depth == 0 {
-            // Sole holders count without a fence of their own: theirs is this one.
-            self.usage.kill(|| {
-                if self.fences_all {
-                    self.platform().fence_all();
-                }
-            });
+        {
+            let mut depth = self.freeze_depth.lock();
+            if *depth == 0 {
+                self.usage.kill();
+            }
+            *depth += 1;
         }
-        *depth += 1;
+        // Sole holders count without a fence of their own: theirs is this one, after the
+        // kill and before any sum. Every freeze makes it, a nested one too (its sums must
+        // not come before the first one's fence), and outside the lock: a kernel's may
+        // sleep.
+        if self.fences_all {
+            self.platform().fence_all();
+        }
     }
 
     /// Whether a started freeze has drained: no request of the queue is left.
