@@ -344,8 +344,8 @@ mod std_platform {
     /// `HELD`'s mark of a slot held alone.
     const HOLDS: usize = usize::MAX;
 
-    /// Claims given back so far, by threads ending (one per claim: it never reaches
-    /// [`HOLDS`]). A thread that found its slot taken asks again only once this
+    /// Claims given back so far, by threads ending or pinned elsewhere (one per claim: it
+    /// never reaches [`HOLDS`]). A thread that found its slot taken asks again only once this
     /// has moved, so the answer "not yours" costs one read of a line written only when a
     /// thread ends.
     static RELEASES: AtomicUsize = AtomicUsize::new(0);
@@ -382,15 +382,19 @@ mod std_platform {
             let _ = HELD.try_with(|held| held.set(NOTHING_HELD));
             for (owners, cpu) in self.held.drain(..) {
                 if let Some(owners) = owners.upgrade() {
-                    // Release: the next holder's acquire sees every count this one wrote.
-                    owners[cpu].store(0, Ordering::Release);
-                    // After the slot is free: a thread that read the count before it looked
-                    // at the slot and found it taken sees the count move (see
-                    // `look_up_claim`).
-                    RELEASES.fetch_add(1, Ordering::Release);
+                    give_back(&owners, cpu);
                 }
             }
         }
+    }
+
+    /// Gives CPU `cpu` of the claim table `owners` back: the calling thread held it.
+    fn give_back(owners: &[AtomicUsize], cpu: usize) {
+        // Release: the next holder's acquire sees every count this one wrote.
+        owners[cpu].store(0, Ordering::Release);
+        // After the slot is free: a thread that read the count before it looked at the
+        // slot and found it taken sees the count move (see `look_up_claim`).
+        RELEASES.fetch_add(1, Ordering::Release);
     }
 
     /// The calling thread's token.
@@ -715,7 +719,9 @@ mod std_platform {
         /// Gives the calling thread CPU slot `cpu` (taken modulo `nr_cpus`).
         ///
         /// The slot belongs to the thread, so it holds for every `StdPlatform` the thread
-        /// asks.
+        /// asks. A CPU the thread held alone ([`exclusive_cpu`](Platform::exclusive_cpu))
+        /// and no longer runs as, on any platform, is given back: another thread may take
+        /// it.
         ///
         /// ```
         /// use blkmq_core::{Platform, StdPlatform};
@@ -723,10 +729,33 @@ mod std_platform {
         /// platform.pin_current_thread(6);
         /// assert_eq!(platform.current_cpu(), 2);
         /// assert_eq!(StdPlatform::with_cpus(8).current_cpu(), 6);
+        ///
+        /// assert_eq!(platform.exclusive_cpu(), Some(2));
+        /// platform.pin_current_thread(1); // CPU 2 is free again
+        /// let other = platform.clone();
+        /// let theirs = std::thread::spawn(move || {
+        ///     other.pin_current_thread(2);
+        ///     other.exclusive_cpu()
+        /// });
+        /// assert_eq!(theirs.join().unwrap(), Some(2));
         /// ```
         pub fn pin_current_thread(&self, cpu: usize) {
             CPU_SLOT.with(|slot| slot.set(Some(cpu)));
             HELD.with(|held| held.set(NOTHING_HELD));
+            // The CPUs held as another slot go back (each platform takes the slot modulo
+            // its CPUs, which its table's length is).
+            let _ = CLAIMS.try_with(|claims| {
+                if let Ok(mut claims) = claims.try_borrow_mut() {
+                    claims.held.retain(|(owners, held)| match owners.upgrade() {
+                        Some(owners) if *held != cpu % owners.len() => {
+                            give_back(&owners, *held);
+                            false
+                        }
+                        Some(_) => true,
+                        None => false,
+                    });
+                }
+            });
         }
 
         /// Sends every later kick to `handler` (which must not run the queue inline).
@@ -798,12 +827,12 @@ mod std_platform {
 
         /// The thread's CPU slot, when the thread holds it alone on this platform (and its
         /// clones): the first thread to ask for a slot nobody holds takes it, and keeps it
-        /// until it ends (a thread holds one per platform and slot it was pinned to). Another
-        /// thread with the same slot meanwhile gets `None`.
+        /// until it ends or is pinned to another slot. Another thread with the same slot
+        /// meanwhile gets `None`.
         #[inline]
         fn exclusive_cpu(&self) -> Option<usize> {
-            // A claim is given back only when its thread ends, and the slot changes only by
-            // a pin: the CPU found last time holds until either clears `HELD`.
+            // A claim is given back only when its thread ends or is pinned elsewhere, and
+            // both clear `HELD`: the CPU found last time holds until then.
             match HELD.with(Cell::get) {
                 (platform, cpu, HOLDS) if platform == self.inner.id => Some(cpu),
                 // Taken by another thread when last asked, and no claim given back since.
