@@ -336,6 +336,9 @@ mod std_platform {
         /// claims given back ([`RELEASES`]) when it found another thread holding it. Cleared
         /// when the thread is pinned elsewhere and when it gives its claims back.
         static HELD: Cell<(usize, usize, usize)> = const { Cell::new(NOTHING_HELD) };
+        /// Set on a platform's worker: it serves every CPU's queues and holds none alone,
+        /// so it never takes a CPU from the threads that submit and complete on it.
+        static HOLDS_NONE: Cell<bool> = const { Cell::new(false) };
     }
 
     /// `HELD` with nothing found.
@@ -526,6 +529,7 @@ mod std_platform {
         let Some(runtime) = inner.runtime.clone() else {
             return;
         };
+        HOLDS_NONE.with(|none| none.set(true));
         let mut hosts: Vec<Weak<dyn Service>> = Vec::new();
         let mut state = lock(&runtime.state);
         loop {
@@ -696,9 +700,12 @@ mod std_platform {
         }
 
         /// Takes CPU slot `cpu`, nobody's a moment ago, for the thread of `token`; `None`
-        /// when another thread took it first, or the thread is ending.
+        /// when another thread took it first, the thread is ending, or it is a worker.
         #[cold]
         fn claim(&self, cpu: usize, token: usize) -> Option<usize> {
+            if HOLDS_NONE.with(Cell::get) {
+                return None;
+            }
             // A thread ending has given its claims back already: it takes no more.
             CLAIMS
                 .try_with(|claims| {

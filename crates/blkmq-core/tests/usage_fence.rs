@@ -2,18 +2,21 @@
 //! all ([`Platform::can_fence_all`]): every freeze fences once, a nested one too, a
 //! platform that cannot is never asked, and references taken by sole holders and let go
 //! by anyone (another sole holder, a thread sharing a CPU) sum exactly, on `StdPlatform`
-//! with real threads as on a platform the test controls. The races themselves are the
-//! loom models' (`loom_queue.rs`, the `_sole_holders` twins).
+//! with real threads as on a platform the test controls; the platform's worker, which
+//! serves every CPU's queues, takes no CPU from them. The races themselves are the loom
+//! models' (`loom_queue.rs`, the `_sole_holders` twins).
 
 #![cfg(not(loom))]
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, mpsc};
 use std::thread;
+use std::time::{Duration, Instant};
 
 use blkmq_core::testing::Hold;
 use blkmq_core::{
-    Bio, Host, Op, Platform, QueueConfig, QueueLimits, RequestQueue, Status, StdPlatform, TagSet,
+    Bio, Driver, HctxCx, Host, Op, Platform, QueueConfig, QueueLimits, Rejected, RequestInit,
+    RequestQueue, Rq, Status, StdPlatform, TagSet,
 };
 
 /// One CPU, held alone by whoever asks (the test runs one thread), fencing all when `can`,
@@ -182,4 +185,77 @@ fn references_of_sole_holders_let_go_by_anyone_sum_exactly() {
     // Where the kernel lets the process register for `membarrier`, the sole holders
     // counted with plain stores; the sums were exact either way.
     eprintln!("fences all: {fences}");
+}
+
+/// Turns every request down while `refuse` is set (the queue, with nothing in flight, has
+/// the platform's worker run it again a little later), then ends each inside `queue_rq`.
+struct Refusing {
+    refuse: AtomicBool,
+}
+
+impl Driver for Refusing {
+    type Platform = StdPlatform;
+    type Payload = ();
+
+    fn init_request(&self, _: RequestInit) {}
+
+    fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _last: bool) -> Result<(), Rejected> {
+        if self.refuse.load(Ordering::SeqCst) {
+            return Err(Rejected {
+                rq,
+                status: Status::Resource,
+            });
+        }
+        cx.queue().end_request(rq, Status::Ok).unwrap();
+        Ok(())
+    }
+}
+
+static WORKER_ENDED: AtomicBool = AtomicBool::new(false);
+
+fn worker_ended(_: Bio, status: Status) {
+    assert_eq!(status, Status::Ok);
+    WORKER_ENDED.store(true, Ordering::SeqCst);
+}
+
+/// The platform's worker ends a request (and lets go of its usage reference) on CPU 0,
+/// free at that moment, yet does not take it: a thread pinned there afterwards holds it.
+#[test]
+fn the_platforms_worker_never_holds_a_cpu() {
+    let platform = StdPlatform::with_cpus(1);
+    let driver = Refusing {
+        refuse: AtomicBool::new(true),
+    };
+    let host = Host::new(TagSet::builder(4), platform, driver).unwrap();
+    let queue = host
+        .add_queue(QueueConfig::new(QueueLimits::new(1024)))
+        .unwrap();
+    // Submitted on a thread that ends (and gives CPU 0 back) before the driver takes it.
+    thread::scope(|s| {
+        s.spawn(|| {
+            queue.platform().pin_current_thread(0);
+            queue
+                .submit(Bio::new(Op::Read, 0, 8).end_io(worker_ended))
+                .unwrap();
+        })
+        .join()
+        .unwrap();
+    });
+    host.driver().refuse.store(false, Ordering::SeqCst);
+    // The worker's next run ends it; the usage count goes back to zero after it looked
+    // at CPU 0 for its let-go.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !(WORKER_ENDED.load(Ordering::SeqCst) && queue.usage() == 0) {
+        assert!(Instant::now() < deadline, "the worker never ran the queue");
+        thread::yield_now();
+    }
+    let theirs = thread::scope(|s| {
+        s.spawn(|| {
+            queue.platform().pin_current_thread(0);
+            queue.platform().exclusive_cpu()
+        })
+        .join()
+        .unwrap()
+    });
+    assert_eq!(theirs, Some(0), "the worker took CPU 0");
 }
