@@ -3,7 +3,8 @@
 //! platform that cannot is never asked, and references taken by sole holders and let go
 //! by anyone (another sole holder, a thread sharing a CPU) sum exactly, on `StdPlatform`
 //! with real threads as on a platform the test controls; the platform's worker, which
-//! serves every CPU's queues, takes no CPU from them. The races themselves are the loom
+//! serves every CPU's queues, takes no CPU from them; a new queue asks whether the platform
+//! fences (a set-up that may wait for every CPU) holding no lock. The races themselves are the loom
 //! models' (`loom_queue.rs`, the `_sole_holders` twins).
 
 #![cfg(not(loom))]
@@ -258,4 +259,103 @@ fn the_platforms_worker_never_holds_a_cpu() {
         .unwrap()
     });
     assert_eq!(theirs, Some(0), "the worker took CPU 0");
+}
+
+std::thread_local! {
+    /// Locks of [`Counted`] this thread holds.
+    static HELD: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// The library's lock, counting on each thread the locks it holds.
+struct Counted(spin::mutex::SpinMutex<()>);
+
+// SAFETY: a spin lock's own protocol; the count beside it is the locking thread's.
+unsafe impl lock_api::RawMutex for Counted {
+    #[allow(clippy::declare_interior_mutable_const)]
+    const INIT: Self = Counted(<spin::mutex::SpinMutex<()> as lock_api::RawMutex>::INIT);
+    type GuardMarker = lock_api::GuardNoSend;
+
+    fn lock(&self) {
+        lock_api::RawMutex::lock(&self.0);
+        HELD.with(|held| held.set(held.get() + 1));
+    }
+
+    fn try_lock(&self) -> bool {
+        let locked = lock_api::RawMutex::try_lock(&self.0);
+        if locked {
+            HELD.with(|held| held.set(held.get() + 1));
+        }
+        locked
+    }
+
+    unsafe fn unlock(&self) {
+        HELD.with(|held| held.set(held.get() - 1));
+        // SAFETY: the caller holds the lock (the trait's contract).
+        unsafe { lock_api::RawMutex::unlock(&self.0) }
+    }
+}
+
+/// A platform whose fence is set up on its first question (as `membarrier`'s registration,
+/// which waits for every CPU), noting the most library locks the asking thread held.
+struct SlowToSetUp {
+    asked: AtomicUsize,
+    most_held: AtomicUsize,
+}
+
+impl Platform for SlowToSetUp {
+    type RawMutex = Counted;
+
+    fn nr_cpus(&self) -> usize {
+        1
+    }
+
+    fn current_cpu(&self) -> usize {
+        0
+    }
+
+    fn can_fence_all(&self) -> bool {
+        self.asked.fetch_add(1, Ordering::SeqCst);
+        self.most_held
+            .fetch_max(HELD.with(|held| held.get()), Ordering::SeqCst);
+        true
+    }
+
+    fn fence_all(&self) {}
+
+    fn now_ns(&self) -> u64 {
+        0
+    }
+
+    fn kick(&self, _hctx: usize) {}
+}
+
+/// The fence's set-up may wait for every CPU: a new queue asks for it holding none of the
+/// library's locks, so the worker, which takes the host's registry of queues, never waits
+/// on it.
+#[test]
+fn a_new_queue_asks_whether_the_platform_fences_holding_no_lock() {
+    let platform = SlowToSetUp {
+        asked: AtomicUsize::new(0),
+        most_held: AtomicUsize::new(0),
+    };
+    let host = Host::new(TagSet::builder(8), platform, Hold::new()).unwrap();
+    let queues: Vec<_> = (0..2)
+        .map(|_| {
+            host.add_queue(QueueConfig::new(QueueLimits::new(1024)))
+                .unwrap()
+        })
+        .collect();
+    let platform = host.set().platform();
+    assert!(platform.asked.load(Ordering::SeqCst) >= queues.len());
+    assert_eq!(
+        platform.most_held.load(Ordering::SeqCst),
+        0,
+        "asked with a lock held"
+    );
+    // The count sees a lock held.
+    let lock = lock_api::Mutex::<Counted, ()>::new(());
+    let guard = lock.lock();
+    assert_eq!(HELD.with(|held| held.get()), 1);
+    drop(guard);
+    assert_eq!(HELD.with(|held| held.get()), 0);
 }

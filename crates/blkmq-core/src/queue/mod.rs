@@ -418,16 +418,32 @@ impl<D: Driver> RequestQueue<D> {
             // calibration) does it here, not on the I/O path.
             let _ = set.platform().trace_now_ns();
         }
-        let mut slots = host.queues.lock();
-        let slot = slots
-            .iter()
-            .position(Option::is_none)
-            .ok_or(ConfigError::QueueBusy)?;
         let mut elevator = config.elevator;
         let nr_keys = tags.nr_keys();
         if let (Some(e), Some(nr)) = (elevator.as_mut(), tags.nr_requests()) {
             e.depth_updated(nr, nr_keys);
         }
+        let restart = RestartSet::new(nr_hw)?;
+        let kicked = RestartSet::new(nr_hw)?;
+        let usage = crate::percpu::PercpuRef::new(host.set.nr_cpus());
+        // The first asks the platform to set its fence up (a `membarrier` registration
+        // waits for every CPU): outside the registry's lock, which the worker takes.
+        let fences_all = host.set.platform().can_fence_all();
+        let splits = SplitPool::new(2 * capacity);
+        let acct = config.accounting.then(|| {
+            crate::stats::Accounting::new(
+                nr_cpus,
+                nr_hw,
+                set.platform().coarse_now_ns(),
+                set.flags().contains(crate::tagset::TagSetFlags::BLOCKING),
+            )
+        });
+        // The registry's lock covers finding the slot and filling it, nothing slower.
+        let mut slots = host.queues.lock();
+        let slot = slots
+            .iter()
+            .position(Option::is_none)
+            .ok_or(ConfigError::QueueBusy)?;
         let queue = Arc::new(Self {
             host: host.clone(),
             slot,
@@ -439,27 +455,20 @@ impl<D: Driver> RequestQueue<D> {
             has_elevator: AtomicBool::new(elevator.is_some()),
             elevator: ElvSlot::new(elevator),
             tags: UnsafeCell::new(tags),
-            restart: RestartSet::new(nr_hw)?,
-            kicked: RestartSet::new(nr_hw)?,
-            usage: crate::percpu::PercpuRef::new(host.set.nr_cpus()),
-            fences_all: host.set.platform().can_fence_all(),
+            restart,
+            kicked,
+            usage,
+            fences_all,
             freeze_depth: lock_api::Mutex::new(0),
             change_lock: lock_api::Mutex::new(()),
             switching: AtomicBool::new(false),
             quiesced: AtomicUsize::new(0),
             requeue: lock_api::Mutex::new(VecDeque::with_capacity(capacity)),
-            splits: SplitPool::new(2 * capacity),
+            splits,
             timed_out: AtomicU64::new(0),
             thaw: lock_api::Mutex::new(wait::ThawList::default()),
             tracer: config.tracer,
-            acct: config.accounting.then(|| {
-                crate::stats::Accounting::new(
-                    nr_cpus,
-                    nr_hw,
-                    set.platform().coarse_now_ns(),
-                    set.flags().contains(crate::tagset::TagSetFlags::BLOCKING),
-                )
-            }),
+            acct,
         });
         slots[slot] = Some(Arc::downgrade(&queue));
         Ok(queue)
