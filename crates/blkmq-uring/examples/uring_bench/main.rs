@@ -59,7 +59,9 @@ mod bench {
     use std::sync::{Arc, Mutex};
     use std::time::{Duration, Instant};
 
-    use blkmq_core::{Bio, Host, Op, QueueConfig, QueueType, RequestQueue, Status, StdPlatform};
+    use blkmq_core::{
+        Bio, Host, Op, Plug, QueueConfig, QueueType, RequestQueue, Status, StdPlatform,
+    };
     use blkmq_sched_bfq::Bfq;
     use blkmq_sched_deadline::Deadline;
     use blkmq_uring::UringDisk;
@@ -400,8 +402,19 @@ mod bench {
             in_flight: AtomicU64::new(depth as u64),
             retry: Mutex::new(Vec::new()),
         };
-        for slot in 0..depth {
-            generator.submit(generator.bio(slot));
+        // The first reads go down together, as the raw side pushes its first entries and
+        // enters its ring once: a plug hands them to the driver as one batch, which
+        // enters the ring once for them.
+        {
+            let mut plug = Plug::new();
+            for slot in 0..depth {
+                if let Err(bio) = generator
+                    .queue
+                    .submit_plugged(&mut plug, generator.bio(slot))
+                {
+                    generator.retry.lock().unwrap().push(bio);
+                }
+            }
         }
         loop {
             let now = Instant::now();
