@@ -485,17 +485,18 @@ mod bench {
     fn median_interval(mut v: Vec<f64>) -> Option<(f64, f64)> {
         v.sort_by(|a, b| a.partial_cmp(b).unwrap());
         let n = v.len();
-        // P(B <= j) for B ~ Binomial(n, 1/2), j = 0, 1, ...
-        let mut term = 0.5f64.powi(n as i32);
+        // P(B <= j) for B ~ Binomial(n, 1/2), j = 0, 1, ...; each term's logarithm, so
+        // that 2^-n does not underflow to nothing for many rounds.
+        let mut ln_term = -(n as f64) * std::f64::consts::LN_2;
         let mut below = 0.0;
         let mut k = 0;
         for j in 0..n / 2 {
-            below += term;
+            below += ln_term.exp();
             if below > 0.025 {
                 break;
             }
             k = j + 1;
-            term *= (n - j) as f64 / (j + 1) as f64;
+            ln_term += ((n - j) as f64 / (j + 1) as f64).ln();
         }
         (k > 0).then(|| (v[k - 1], v[n - k]))
     }
