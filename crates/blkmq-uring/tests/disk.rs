@@ -531,26 +531,21 @@ fn each_reaper_holds_its_hardware_queues_cpu_alone() {
         .map(|hctx| map.cpus_of(hctx).next().expect("a CPU per hardware queue"))
         .collect();
     let platform = rig.queue.platform();
-    for &cpu in &held {
-        let mine = std::thread::scope(|s| {
+    // What a new thread pinned to `cpu` is promised.
+    let asked_on = |cpu: usize| {
+        std::thread::scope(|s| {
             s.spawn(|| {
                 platform.pin_current_thread(cpu);
                 platform.exclusive_cpu()
             })
             .join()
             .unwrap()
-        });
-        assert_eq!(mine, None, "CPU {cpu} is its reaper's");
+        })
+    };
+    for &cpu in &held {
+        assert_eq!(asked_on(cpu), None, "CPU {cpu} is its reaper's");
     }
     if let Some(free) = (0..platform.nr_cpus()).find(|cpu| !held.contains(cpu)) {
-        let mine = std::thread::scope(|s| {
-            s.spawn(|| {
-                platform.pin_current_thread(free);
-                platform.exclusive_cpu()
-            })
-            .join()
-            .unwrap()
-        });
-        assert_eq!(mine, Some(free), "CPU {free} serves no reaper");
+        assert_eq!(asked_on(free), Some(free), "CPU {free} serves no reaper");
     }
 }
