@@ -57,7 +57,9 @@
 //! rounds, the median of the per-round ratios), which a noisy machine disturbs far less,
 //! with two more: the line `scale: io 2t/1t = X.XX; floor 2t/1t = Y.YY` (the time per I/O
 //! of each thread with two threads over that with one, for `io` and for `floor`), and
-//! `end_requests / end_request` on the one-hardware-queue host (the time per request of a
+//! `completions that submit, in a run batch / without` (a [`Reaped`] round of completions,
+//! each submitting the next bio, run as the hardware queue's runner against the same round
+//! without), `end_requests / end_request` on the one-hardware-queue host (the time per request of a
 //! batched completion over single ones; the target at most [`BATCH_TARGET`]).
 //! Then `tracer: set/none`: the `io` case on a queue with a [`blkmq_core::RingTracer`]
 //! against one without a tracer (the target: at most [`TRACER_TARGET`]). Last,
@@ -175,6 +177,10 @@ const ACCOUNTING_TARGET: f64 = 1.05;
 /// The most one I/O may cost with a [`blkmq_core::RingTracer`] set, as a ratio of time over
 /// no tracer.
 const TRACER_TARGET: f64 = 1.15;
+
+/// Requests in flight on each thread's hardware queue in a [`Reaped`] step, all of which it
+/// ends and replaces.
+const REAPED: usize = 32;
 
 /// I/Os (or completions) per thread in one round of a paired comparison.
 const PAIRED_IOS: u64 = 50_000;
@@ -558,6 +564,55 @@ impl<D: NullDriver> Workload for Plugged<'_, D> {
         local.plug.flush();
         D::reap(&self.0.queue, local.sub.hctx);
         local.queued = 0;
+    }
+}
+
+/// A driver's completion loop: [`REAPED`] requests in flight on the thread's hardware
+/// queue, and each step ends all of them, one [`RequestQueue::end_request`] each, each
+/// followed by the submission of the next bio (as a completion that submits the next I/O),
+/// which the idle hardware queue issues at once. With `batch`, the step runs as the hardware
+/// queue's runner ([`RequestQueue::run_batch`]), as a reaper of a batch of completions does.
+struct Reaped<'d> {
+    dev: &'d Dev<Hold>,
+    batch: bool,
+}
+
+impl Workload for Reaped<'_> {
+    type Local<'a>
+        = Submitter
+    where
+        Self: 'a;
+
+    fn local(&self, thread: usize) -> Submitter {
+        let mut sub = Submitter::new(self.dev, thread);
+        for _ in 0..REAPED {
+            self.dev.queue.submit(sub.bio()).expect("a free request");
+        }
+        sub
+    }
+
+    #[inline(never)]
+    fn step(&self, sub: &mut Submitter) {
+        let queue = &*self.dev.queue;
+        let hctx = sub.hctx;
+        let ring = &self.dev.host.driver().rings[hctx];
+        let mut round = || {
+            for _ in 0..REAPED {
+                let rq = ring.pop().expect("a request in flight");
+                queue.end_request(rq, Status::Ok).unwrap();
+                queue.submit(sub.bio()).expect("a free request");
+            }
+        };
+        if self.batch {
+            queue.run_batch(hctx, round);
+        } else {
+            round();
+        }
+        assert_eq!(ring.len(), REAPED, "a request was not issued");
+    }
+
+    fn finish(&self, sub: &mut Submitter) {
+        Hold::reap(&self.dev.queue, sub.hctx);
     }
 }
 
@@ -982,6 +1037,29 @@ fn paired_summary() {
         let floor_scale = paired_ratio(|| timed(floor, 2, n), || timed(floor, 1, n));
         println!();
         println!("scale: io 2t/1t = {io_scale:.2}; floor 2t/1t = {floor_scale:.2}");
+        let plain = Reaped {
+            dev: &all.hold,
+            batch: false,
+        };
+        let batched = Reaped {
+            dev: &all.hold,
+            batch: true,
+        };
+        // A step is a round of `REAPED` I/Os.
+        let rounds = n / REAPED as u64;
+        let reaped: Vec<String> = (1..=THREADS)
+            .map(|threads| {
+                let ratio = paired_ratio(
+                    || timed(&batched, threads, rounds),
+                    || timed(&plain, threads, rounds),
+                );
+                format!("{ratio:.2} ({threads}t)")
+            })
+            .collect();
+        println!(
+            "completions that submit, in a run batch / without (per I/O): {}",
+            reaped.join(", ")
+        );
         all.settled();
     }
     println!();

@@ -108,6 +108,9 @@ struct Device {
     taken: AtomicUsize,
     /// The requests it holds, for the test to end.
     held: Mutex<Vec<Rq>>,
+    /// Calls of `queue_rq` under way, per hardware queue: never more than one (only a
+    /// hardware queue's runner calls it).
+    issuing: [AtomicUsize; 2],
 }
 
 impl Device {
@@ -119,6 +122,7 @@ impl Device {
             budget_used: AtomicUsize::new(0),
             taken: AtomicUsize::new(0),
             held: Mutex::new(Vec::new()),
+            issuing: [AtomicUsize::new(0), AtomicUsize::new(0)],
         }
     }
 
@@ -156,16 +160,26 @@ impl Driver for Device {
 
     fn init_request(&self, _: RequestInit) {}
 
-    fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _last: bool) -> Result<(), Rejected> {
-        if !Self::take(&self.busy, self.slots) {
-            return Err(Rejected {
+    fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _last: bool) -> Result<(), Rejected> {
+        let issuing = &self.issuing[cx.hctx()];
+        assert_eq!(
+            issuing.fetch_add(1, Ordering::SeqCst),
+            0,
+            "two calls of queue_rq at once on hardware queue {}",
+            cx.hctx()
+        );
+        let taken = if Self::take(&self.busy, self.slots) {
+            self.held.lock().unwrap().push(rq);
+            self.taken.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        } else {
+            Err(Rejected {
                 rq,
                 status: Status::Resource,
-            });
-        }
-        self.held.lock().unwrap().push(rq);
-        self.taken.fetch_add(1, Ordering::SeqCst);
-        Ok(())
+            })
+        };
+        issuing.fetch_sub(1, Ordering::SeqCst);
+        taken
     }
 
     fn get_budget(&self, _: &HctxCx<'_, Self>) -> bool {
@@ -685,5 +699,103 @@ fn freeze_counts_readers(sole: bool) {
         assert_eq!(world.queue.usage(), 1);
         world.queue.unfreeze();
         world.drain(in_flight, 1);
+    });
+}
+
+/// A thread ending a batch of completions as the hardware queue's runner
+/// ([`RequestQueue::run_batch`]), on CPU 0, which it holds alone. `f` is the batch.
+fn batch_on_cpu0(
+    world: &Arc<World>,
+    f: impl FnOnce(&World) + Send + 'static,
+) -> thread::JoinHandle<()> {
+    let world = world.clone();
+    spawn(move || {
+        pin(0);
+        world.queue.run_batch(0, || f(&world));
+    })
+}
+
+/// A submitter on CPU 1 (of the same, only hardware queue).
+fn submitter_on_cpu1(world: &Arc<World>, sector: u64) -> thread::JoinHandle<()> {
+    let world = world.clone();
+    spawn(move || {
+        pin(1);
+        world.submit(sector);
+    })
+}
+
+/// One hardware queue over two CPUs, each thread its CPU's sole holder, a device with room
+/// for two. The thread on CPU 0 submits inside a run batch (issued at once, without claiming
+/// the runner) while a thread on CPU 1 submits too, and finds the runner taken: its request
+/// must reach the device when the batch ends, if not before, and the device is never called
+/// by both at once.
+#[test]
+fn run_batch_issue_vs_a_submitter() {
+    model(Some(3), || {
+        let world = Arc::new(World::holders(
+            TagSet::builder(4),
+            2,
+            Device::new(2, None),
+            true,
+        ));
+        let batch = batch_on_cpu0(&world, |world| world.submit(0));
+        let other = submitter_on_cpu1(&world, 64);
+        batch.join().unwrap();
+        other.join().unwrap();
+        world.check_taken(2);
+        world.drain([], 2);
+    });
+}
+
+/// A device with room for one, holding one. A submitter on CPU 1 is refused (the request
+/// waits on the dispatch list for a restart) while the held request completes inside a run
+/// batch on CPU 0: the completion's restart finds the runner taken (by its own batch), so
+/// the batch's end must run what waits. The new request reaches the device at once.
+#[test]
+fn completion_in_a_run_batch_restarts_a_refused_submission() {
+    model(Some(3), || {
+        let world = Arc::new(World::holders(
+            TagSet::builder(4),
+            2,
+            Device::new(1, None),
+            true,
+        ));
+        let first = world.prefill(1).pop().unwrap();
+        let other = submitter_on_cpu1(&world, 64);
+        let batch = batch_on_cpu0(&world, move |world| {
+            world.queue.end_request(first, Status::Ok).unwrap();
+        });
+        batch.join().unwrap();
+        other.join().unwrap();
+        world.check_taken(2);
+        world.drain([], 2);
+    });
+}
+
+/// A device with room for one, holding one. Inside a run batch on CPU 0 a submission is
+/// refused while the held request completes on CPU 1: the give-up's restart protocol holds
+/// inside a batch as in a run, and the new request reaches the device at once.
+#[test]
+fn give_up_in_a_run_batch_vs_completion() {
+    model(Some(3), || {
+        let world = Arc::new(World::holders(
+            TagSet::builder(4),
+            2,
+            Device::new(1, None),
+            true,
+        ));
+        let first = world.prefill(1).pop().unwrap();
+        let batch = batch_on_cpu0(&world, |world| world.submit(64));
+        let completer = {
+            let world = world.clone();
+            spawn(move || {
+                pin(1);
+                world.queue.end_request(first, Status::Ok).unwrap();
+            })
+        };
+        batch.join().unwrap();
+        completer.join().unwrap();
+        world.check_taken(2);
+        world.drain([], 2);
     });
 }

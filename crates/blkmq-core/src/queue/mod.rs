@@ -193,6 +193,8 @@ type Lock<D, X> = lock_api::Mutex<Raw<D>, X>;
 const RUNNING: u32 = 1;
 /// A run was asked for since the runner last looked.
 const PENDING: u32 = 2;
+/// A hardware context's `held_by` when no runner holds the claim across a batch.
+const NOT_HELD: usize = usize::MAX;
 
 /// In a hardware context's `look`: the last attempt gave up.
 const GAVE_UP: u64 = 1 << 63;
@@ -208,7 +210,9 @@ const ARMED: u64 = 1 << 62;
 ///   the software queues' lists for this hardware queue, or calls the driver's `queue_rq`
 ///   on it. A run asked for while a runner holds the claim sets [`PENDING`], and the
 ///   runner dispatches again before it lets the claim go (`finish_run`), so no run asked
-///   for is lost.
+///   for is lost. A runner may hold the claim across a batch of its own
+///   ([`RequestQueue::run_batch`]), and issue what the batch submits while no run is asked
+///   for and nothing is on `dispatch`; `held_by` names its CPU then (see there).
 /// * `dispatch_len` is the length of `dispatch`, stored under `dispatch`'s lock after
 ///   every change.
 /// * A software context whose list holds requests has its bit in `ctx_has_work` set, or
@@ -220,6 +224,10 @@ struct HwCtx<D: Driver> {
     /// [`RUNNING`] while a runner holds the claim, [`PENDING`] when a run was asked for
     /// since it last looked.
     run_claim: AtomicU32,
+    /// The CPU of the runner that holds the claim across a batch of its own
+    /// ([`RequestQueue::run_batch`]) while it is not issuing, else [`NOT_HELD`]: written by
+    /// that runner alone, and matched only by the context that holds that CPU alone.
+    held_by: AtomicUsize,
     /// Stopped by the driver ([`RequestQueue::stop_hw_queue`]).
     stopped: AtomicBool,
     /// Its CPUs are gone: no new requests are made for it.
@@ -397,6 +405,7 @@ impl<D: Driver> RequestQueue<D> {
             .map(|ctxs| {
                 CachePadded::new(HwCtx {
                     run_claim: AtomicU32::new(0),
+                    held_by: AtomicUsize::new(NOT_HELD),
                     stopped: AtomicBool::new(false),
                     inactive: AtomicBool::new(false),
                     dispatch: lock_api::Mutex::new(VecDeque::with_capacity(capacity)),

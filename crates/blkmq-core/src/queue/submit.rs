@@ -13,6 +13,7 @@ use super::dispatch::Issued;
 use super::plug::Plug;
 use super::trace::TraceStamp;
 use super::usage::UsageRef;
+use super::{NOT_HELD, PENDING};
 
 use super::{RequestQueue, SwCtx};
 
@@ -423,7 +424,9 @@ impl<D: Driver> RequestQueue<D> {
 
     /// Without an elevator, a fresh request that is no flush: issued directly when its
     /// hardware queue is idle (nothing queued ahead, the hardware not busy, and nobody
-    /// running it), else queued on the CPU's software queue and the hardware queue run.
+    /// running it, or the caller running it in a batch of its own: see
+    /// [`run_batch`](Self::run_batch)), else queued on the CPU's software queue and the
+    /// hardware queue run.
     /// `now`, when the caller read the coarse clock a moment ago, is the start stamp;
     /// `stamp`, the trace clock reading for its D when it is issued here, with its Q and G
     /// untold (see [`trace_stamp`](Self::trace_stamp) and `trace.rs`).
@@ -438,19 +441,33 @@ impl<D: Driver> RequestQueue<D> {
         stamp: TraceStamp,
     ) {
         let h = &self.hctxs[hctx];
+        if let Some(held) = self.holds_batch(hctx) {
+            // The caller runs `hctx` already: it issues, unless a run was asked for, the
+            // dispatch list holds requests, or the hardware is busy, which go first.
+            if h.run_claim.load(Ordering::SeqCst) & PENDING == 0
+                && h.dispatch_len.load(Ordering::SeqCst) == 0
+                && !h.one_at_a_time.load(Ordering::Relaxed)
+                && !self.halted(hctx)
+            {
+                // Not held while issuing: a request the driver ends inside its `queue_rq`,
+                // whose end submits, queues rather than call the driver from within.
+                h.held_by.store(NOT_HELD, Ordering::Relaxed);
+                self.issue_claimed(rq, hctx, now, stamp);
+                h.held_by.store(held, Ordering::Relaxed);
+            } else {
+                self.trace_untold(&rq, stamp);
+                self.push_ctx_for(cpu, kind, hctx, rq);
+                // The batch's end dispatches it.
+                h.run_claim.fetch_or(PENDING, Ordering::SeqCst);
+            }
+            return;
+        }
         if self.claim_idle(hctx) {
             if self.halted(hctx) {
                 self.trace_untold(&rq, stamp);
                 self.push_ctx_for(cpu, kind, hctx, rq);
             } else {
-                self.arm_restart(hctx);
-                if let Issued::GaveUp(rq, status) =
-                    self.issue_one_at(hctx, hctx, rq, true, None, now, stamp)
-                {
-                    let mut batch = h.run_batch.lock();
-                    batch.push_back(rq);
-                    self.give_up(hctx, &mut batch, status);
-                }
+                self.issue_claimed(rq, hctx, now, stamp);
             }
             self.finish_run(hctx);
             return;
@@ -458,6 +475,20 @@ impl<D: Driver> RequestQueue<D> {
         self.trace_untold(&rq, stamp);
         self.push_ctx_for(cpu, kind, hctx, rq);
         self.run_hw_queue(hctx);
+    }
+
+    /// As `hctx`'s runner, on a hardware queue not halted: issues `rq` to the driver, and
+    /// gives up (see [`give_up`](Self::give_up)) when the driver turns it down for now.
+    #[inline(always)]
+    fn issue_claimed(&self, rq: Rq, hctx: usize, now: Option<u64>, stamp: TraceStamp) {
+        self.arm_restart(hctx);
+        if let Issued::GaveUp(rq, status) =
+            self.issue_one_at(hctx, hctx, rq, true, None, now, stamp)
+        {
+            let mut batch = self.hctxs[hctx].run_batch.lock();
+            batch.push_back(rq);
+            self.give_up(hctx, &mut batch, status);
+        }
     }
 
     fn push_ctx(&self, cpu: usize, kind: QueueType, rq: Rq) {

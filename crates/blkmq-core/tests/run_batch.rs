@@ -1,0 +1,229 @@
+//! `RequestQueue::run_batch`: a thread that holds its CPU alone ends a batch of completions
+//! as its hardware queue's runner. What the batch submits is issued at once; what others
+//! submit meanwhile waits for the batch's end and is issued then, and what the batch submits
+//! after that queues with it; the driver is never called twice at once nor from inside its own
+//! `queue_rq`; without a CPU held alone, or once the batch has ended (a panic included),
+//! nothing is held.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use blkmq_core::testing::Hold;
+use blkmq_core::*;
+
+type Held = Hold<StdPlatform>;
+
+/// A host of two CPUs over one hardware queue whose driver holds what it takes.
+fn holding() -> (StdPlatform, Arc<Host<Held>>, Arc<RequestQueue<Held>>) {
+    let platform = StdPlatform::with_cpus(2);
+    let host = Host::new(TagSet::builder(16), platform.clone(), Hold::new()).unwrap();
+    let queue = host
+        .add_queue(QueueConfig::new(QueueLimits::new(1 << 20)))
+        .unwrap();
+    (platform, host, queue)
+}
+
+/// The sectors of the requests the driver holds, in the order it took them.
+fn held_sectors(host: &Host<Held>, queue: &RequestQueue<Held>) -> Vec<u64> {
+    let held = host.driver().take();
+    let sectors = held
+        .iter()
+        .map(|rq| queue.io(rq).unwrap().sector())
+        .collect();
+    queue
+        .end_requests(held.into_iter().map(|rq| (rq, Status::Ok)))
+        .unwrap();
+    sectors
+}
+
+/// Nothing left anywhere.
+fn settled(host: &Host<Held>, queue: &RequestQueue<Held>) {
+    assert!(!queue.has_work(0));
+    assert_eq!(host.in_driver(), 0);
+    assert_eq!(queue.usage(), 0);
+    assert_eq!(host.set().busy(), 0);
+}
+
+/// Submits a read of 8 sectors at `sector` from a new thread on `cpu`, and waits for it.
+fn submit_from(platform: &StdPlatform, queue: &Arc<RequestQueue<Held>>, cpu: usize, sector: u64) {
+    let (platform, queue) = (platform.clone(), queue.clone());
+    std::thread::spawn(move || {
+        platform.pin_current_thread(cpu);
+        queue.submit(Bio::new(Op::Read, sector, 8)).unwrap();
+    })
+    .join()
+    .unwrap();
+}
+
+#[test]
+fn what_a_batch_submits_is_issued_at_once() {
+    let (platform, host, queue) = holding();
+    platform.pin_current_thread(0);
+    let seen: Vec<usize> = queue.run_batch(0, || {
+        (0..4)
+            .map(|i| {
+                queue.submit(Bio::new(Op::Read, 64 * i, 8)).unwrap();
+                host.driver().len()
+            })
+            .collect()
+    });
+    assert_eq!(seen, [1, 2, 3, 4]);
+    assert_eq!(held_sectors(&host, &queue), [0, 64, 128, 192]);
+    settled(&host, &queue);
+}
+
+#[test]
+fn another_thread_submitting_during_a_batch_is_issued_at_its_end() {
+    let (platform, host, queue) = holding();
+    platform.pin_current_thread(0);
+    let during = queue.run_batch(0, || {
+        queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+        // CPU 1 feeds the same hardware queue: the runner is taken, so its request queues
+        // and asks for a run.
+        submit_from(&platform, &queue, 1, 64);
+        let before = host.driver().len();
+        // A run is asked for: this one queues too, rather than go to the driver ahead of
+        // what the run is for.
+        queue.submit(Bio::new(Op::Read, 128, 8)).unwrap();
+        (before, host.driver().len(), queue.has_work(0))
+    });
+    assert_eq!(during, (1, 1, true));
+    // The run at the batch's end takes the software queues in turn (CPU 0's first): no
+    // order between CPUs, as between any two CPUs' queued requests.
+    let mut sectors = held_sectors(&host, &queue);
+    assert_eq!(sectors[0], 0);
+    sectors.sort_unstable();
+    assert_eq!(sectors, [0, 64, 128]);
+    settled(&host, &queue);
+}
+
+#[test]
+fn a_batch_without_a_cpu_held_alone_holds_nothing() {
+    let (platform, host, queue) = holding();
+    platform.pin_current_thread(0);
+    // Another thread holds CPU 0 first: this one shares it, and is promised nothing.
+    let holder = {
+        let platform = platform.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let handle = std::thread::spawn(move || {
+            platform.pin_current_thread(0);
+            tx.send(platform.exclusive_cpu()).unwrap();
+            let _ = done_rx.recv();
+        });
+        assert_eq!(rx.recv().unwrap(), Some(0));
+        (handle, done_tx)
+    };
+    assert_eq!(platform.exclusive_cpu(), None);
+    let during = queue.run_batch(0, || {
+        submit_from(&platform, &queue, 1, 64);
+        host.driver().len()
+    });
+    assert_eq!(
+        during, 1,
+        "the other thread's request waited for a batch never held"
+    );
+    drop(holder.1);
+    holder.0.join().unwrap();
+    assert_eq!(held_sectors(&host, &queue), [64]);
+    settled(&host, &queue);
+}
+
+#[test]
+fn a_batch_that_panics_lets_the_runner_go() {
+    let (platform, host, queue) = holding();
+    platform.pin_current_thread(0);
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        queue.run_batch(0, || {
+            submit_from(&platform, &queue, 1, 64);
+            panic!("the batch fails");
+        })
+    }));
+    assert!(caught.is_err());
+    // The request queued during the batch went at its end, and the runner is free.
+    assert_eq!(host.driver().len(), 1);
+    submit_from(&platform, &queue, 1, 128);
+    assert_eq!(host.driver().len(), 2);
+    assert_eq!(held_sectors(&host, &queue), [64, 128]);
+    settled(&host, &queue);
+}
+
+#[test]
+fn a_bad_hardware_queue_just_runs_the_batch() {
+    let (platform, host, queue) = holding();
+    platform.pin_current_thread(0);
+    assert_eq!(queue.run_batch(7, || 5), 5);
+    submit_from(&platform, &queue, 1, 0);
+    assert_eq!(held_sectors(&host, &queue), [0]);
+    settled(&host, &queue);
+}
+
+/// Ends each request inside `queue_rq`, and counts the calls under way.
+struct Sync {
+    issuing: AtomicUsize,
+    most: AtomicUsize,
+}
+
+impl Driver for Sync {
+    type Platform = StdPlatform;
+    type Payload = ();
+
+    fn init_request(&self, _: RequestInit) {}
+
+    fn queue_rq(&self, cx: &HctxCx<'_, Self>, rq: Rq, _last: bool) -> Result<(), Rejected> {
+        let now = self.issuing.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(now, Ordering::SeqCst);
+        cx.queue().end_request(rq, Status::Ok).unwrap();
+        self.issuing.fetch_sub(1, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+/// Where a chain of bios submits the next from its end.
+struct Chain {
+    queue: Mutex<Option<Arc<RequestQueue<Sync>>>>,
+    left: AtomicUsize,
+    ended: AtomicUsize,
+}
+
+static CHAIN: Chain = Chain {
+    queue: Mutex::new(None),
+    left: AtomicUsize::new(0),
+    ended: AtomicUsize::new(0),
+};
+
+fn next_in_chain(bio: Bio, status: Status) {
+    assert_eq!(status, Status::Ok);
+    CHAIN.ended.fetch_add(1, Ordering::SeqCst);
+    if CHAIN.left.fetch_sub(1, Ordering::SeqCst) > 1 {
+        let queue = CHAIN.queue.lock().unwrap().clone().unwrap();
+        queue
+            .submit(Bio::new(Op::Read, bio.sector + 8, 8).end_io(next_in_chain))
+            .unwrap();
+    }
+}
+
+#[test]
+fn a_driver_ending_inside_queue_rq_is_not_called_again_from_within() {
+    let platform = StdPlatform::with_cpus(1);
+    let driver = Sync {
+        issuing: AtomicUsize::new(0),
+        most: AtomicUsize::new(0),
+    };
+    let host = Host::new(TagSet::builder(8), platform.clone(), driver).unwrap();
+    let queue = host
+        .add_queue(QueueConfig::new(QueueLimits::new(1 << 20)))
+        .unwrap();
+    *CHAIN.queue.lock().unwrap() = Some(queue.clone());
+    CHAIN.left.store(10, Ordering::SeqCst);
+    platform.pin_current_thread(0);
+    queue.run_batch(0, || {
+        queue
+            .submit(Bio::new(Op::Read, 0, 8).end_io(next_in_chain))
+            .unwrap();
+    });
+    assert_eq!(CHAIN.ended.load(Ordering::SeqCst), 10);
+    assert_eq!(host.driver().most.load(Ordering::SeqCst), 1);
+    assert_eq!((host.in_driver(), queue.usage()), (0, 0));
+    *CHAIN.queue.lock().unwrap() = None;
+}
