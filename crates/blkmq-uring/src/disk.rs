@@ -740,40 +740,13 @@ impl Shared {
             // only before this batch's closing lock above, whose wait enters its push.
             ring.reaping.store(true, Ordering::Relaxed);
             BATCH.with(|batch| batch.set((self as *const Shared, hctx, 0)));
-            let mut queue: Option<Arc<RequestQueue<UringDisk>>> = None;
-            // Completions are taken off the ring a batch at a time: the kernel sees the
-            // ring's head move once per batch, not once per completion.
-            let mut batch = [(0u64, 0i32); 32];
-            loop {
-                let mut n = 0;
-                // SAFETY: this thread is the ring's one consumer of completions.
-                for cqe in unsafe { ring.uring.completion_shared() }.take(batch.len()) {
-                    batch[n] = (cqe.user_data(), cqe.result());
-                    n += 1;
-                }
-                if n == 0 {
-                    break;
-                }
-                reaped += n as u64;
-                for &(user_data, res) in &batch[..n] {
-                    if user_data == WAKE {
-                        continue;
-                    }
-                    let slot = &ring.slots[user_data as usize];
-                    // SAFETY: the completion of the operation pushed for driver tag
-                    // `user_data`: the slot is ours now (see `Slot`).
-                    let (rq, bytes) = unsafe { ((*slot.rq.get()).take(), *slot.bytes.get()) };
-                    let Some(rq) = rq else { continue };
-                    if queue.is_none() {
-                        queue = weak.upgrade();
-                    }
-                    match &queue {
-                        Some(q) => self.complete(q, hctx, rq, bytes, res),
-                        // The queue is gone: nobody waits for the request.
-                        None => drop(rq),
-                    }
-                }
-            }
+            let queue = weak.upgrade();
+            reaped += match &queue {
+                // As the hardware queue's runner: what the completions submit to it is
+                // issued without claiming the runner for each.
+                Some(q) => q.run_batch(hctx, || self.end_completions(hctx, Some(q))),
+                None => self.end_completions(hctx, None),
+            };
             let (_, _, mut rings) =
                 BATCH.with(|batch| batch.replace((std::ptr::null(), usize::MAX, 0)));
             while rings != 0 {
@@ -787,6 +760,43 @@ impl Shared {
             // Dropped here, not while the queue may be ending the last request: if this is
             // the last reference, the host (and the disk) may drop with it, on this thread.
             drop(queue);
+        }
+    }
+
+    /// Takes ring `hctx`'s completions off it, a batch at a time, and ends (or continues)
+    /// their requests (none when the queue is gone: nobody waits for them); returns how
+    /// many it took.
+    fn end_completions(&self, hctx: usize, queue: Option<&Arc<RequestQueue<UringDisk>>>) -> u64 {
+        let ring = &self.rings[hctx];
+        let mut reaped = 0;
+        // Completions are taken off the ring a batch at a time: the kernel sees the
+        // ring's head move once per batch, not once per completion.
+        let mut batch = [(0u64, 0i32); 32];
+        loop {
+            let mut n = 0;
+            // SAFETY: this thread is the ring's one consumer of completions.
+            for cqe in unsafe { ring.uring.completion_shared() }.take(batch.len()) {
+                batch[n] = (cqe.user_data(), cqe.result());
+                n += 1;
+            }
+            if n == 0 {
+                return reaped;
+            }
+            reaped += n as u64;
+            for &(user_data, res) in &batch[..n] {
+                if user_data == WAKE {
+                    continue;
+                }
+                let slot = &ring.slots[user_data as usize];
+                // SAFETY: the completion of the operation pushed for driver tag
+                // `user_data`: the slot is ours now (see `Slot`).
+                let (rq, bytes) = unsafe { ((*slot.rq.get()).take(), *slot.bytes.get()) };
+                let Some(rq) = rq else { continue };
+                match queue {
+                    Some(q) => self.complete(q, hctx, rq, bytes, res),
+                    None => drop(rq),
+                }
+            }
         }
     }
 

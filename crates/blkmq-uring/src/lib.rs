@@ -34,6 +34,10 @@
 //! ring, and the ring is entered once for the batch (on `last` or in `commit_rqs`); while a
 //! ring's reaper is ending requests, requests issued meanwhile (a completion handler
 //! submitting the next I/O) are entered by the reaper's next wait, in the same system call.
+//! A reaper that holds its CPU alone ends each batch as its hardware queue's runner
+//! ([`RequestQueue::run_batch`](blkmq_core::RequestQueue::run_batch)): what the completion
+//! handlers submit there is issued without claiming the runner for each I/O, and a handler
+//! must not quiesce the queue (as inside any run).
 //!
 //! ```no_run
 //! use blkmq_core::{Host, QueueConfig, StdPlatform, Status};
