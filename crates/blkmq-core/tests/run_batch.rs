@@ -227,3 +227,126 @@ fn a_driver_ending_inside_queue_rq_is_not_called_again_from_within() {
     assert_eq!((host.in_driver(), queue.usage()), (0, 0));
     *CHAIN.queue.lock().unwrap() = None;
 }
+
+/// The driver tag of the request `rq` names.
+fn tag_of(queue: &RequestQueue<Held>, rq: &Rq) -> u32 {
+    queue.request(rq).unwrap().tag()
+}
+
+#[test]
+fn the_next_request_of_a_batch_takes_the_tag_its_completion_kept() {
+    let (platform, host, queue) = holding();
+    platform.pin_current_thread(0);
+    queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    let first = host.driver().take().pop().unwrap();
+    let tag = tag_of(&queue, &first);
+    queue.run_batch(0, || {
+        queue.end_request(first, Status::Ok).unwrap();
+        // Ended and out of the queue, its tag kept: still set in the bitmap.
+        assert_eq!(
+            (queue.usage(), host.in_driver(), host.set().busy()),
+            (0, 0, 1)
+        );
+        for sector in [64, 128, 192] {
+            queue.submit(Bio::new(Op::Read, sector, 8)).unwrap();
+            let next = host.driver().take().pop().unwrap();
+            assert_eq!(tag_of(&queue, &next), tag, "a fresh tag, with one kept");
+            assert_eq!(queue.io(&next).unwrap().sector(), sector);
+            assert_eq!(host.set().busy(), 1);
+            queue.end_request(next, Status::Ok).unwrap();
+        }
+    });
+    // The batch's end put the kept tag back.
+    assert_eq!(host.set().busy(), 0);
+    settled(&host, &queue);
+}
+
+#[test]
+fn a_kept_tag_nobody_took_goes_back_when_the_batch_ends() {
+    let (platform, host, queue) = holding();
+    platform.pin_current_thread(0);
+    for sector in [0, 64] {
+        queue.submit(Bio::new(Op::Read, sector, 8)).unwrap();
+    }
+    let held = host.driver().take();
+    queue.run_batch(0, || {
+        for rq in held {
+            queue.end_request(rq, Status::Ok).unwrap();
+        }
+        // One tag kept (room for one), the other put back.
+        assert_eq!(host.set().busy(), 1);
+    });
+    assert_eq!(host.set().busy(), 0);
+    settled(&host, &queue);
+}
+
+#[test]
+fn a_queue_with_an_elevator_keeps_no_tag() {
+    let platform = StdPlatform::with_cpus(2);
+    let host = Host::new(TagSet::builder(16), platform.clone(), Hold::new()).unwrap();
+    let config = QueueConfig::new(QueueLimits::new(1 << 20)).elevator(Box::new(Fifo::default()));
+    let queue = host.add_queue(config).unwrap();
+    platform.pin_current_thread(0);
+    queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    let first = host.driver().take().pop().unwrap();
+    queue.run_batch(0, || {
+        queue.end_request(first, Status::Ok).unwrap();
+        assert_eq!(host.set().busy(), 0, "a driver tag kept with an elevator");
+        queue.submit(Bio::new(Op::Read, 64, 8)).unwrap();
+    });
+    assert_eq!(held_sectors(&host, &queue), [64]);
+    settled(&host, &queue);
+}
+
+/// First in, first out.
+#[derive(Default)]
+struct Fifo(std::collections::VecDeque<Rq>);
+
+impl Elevator for Fifo {
+    fn name(&self) -> &'static str {
+        "fifo"
+    }
+
+    fn insert_requests(&mut self, _: &ElvCx<'_>, rqs: &mut dyn Iterator<Item = Rq>, head: bool) {
+        for rq in rqs {
+            if head {
+                self.0.push_front(rq);
+            } else {
+                self.0.push_back(rq);
+            }
+        }
+    }
+
+    fn dispatch_request(&mut self, _: &ElvCx<'_>, _: usize) -> Option<Rq> {
+        self.0.pop_front()
+    }
+
+    fn has_work(&self, _: usize) -> bool {
+        !self.0.is_empty()
+    }
+}
+
+#[test]
+fn a_submitter_waiting_for_the_kept_tag_gets_it_when_the_batch_ends() {
+    let platform = StdPlatform::with_cpus(2);
+    let host = Host::new(TagSet::builder(1), platform.clone(), Hold::new()).unwrap();
+    let queue = host
+        .add_queue(QueueConfig::new(QueueLimits::new(1 << 20)))
+        .unwrap();
+    platform.pin_current_thread(0);
+    queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    let first = host.driver().take().pop().unwrap();
+    let waiter = queue.run_batch(0, || {
+        queue.end_request(first, Status::Ok).unwrap();
+        // The one tag is kept: another thread's submission has to wait for it.
+        assert_eq!(host.set().busy(), 1);
+        let (platform, queue) = (platform.clone(), queue.clone());
+        std::thread::spawn(move || {
+            platform.pin_current_thread(1);
+            queue.submit_wait(Bio::new(Op::Read, 128, 8));
+        })
+    });
+    waiter.join().unwrap();
+    assert_eq!(held_sectors(&host, &queue), [128]);
+    settled(&host, &queue);
+}

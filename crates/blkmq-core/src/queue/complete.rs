@@ -156,8 +156,11 @@ impl<D: Driver> RequestQueue<D> {
         // The driver's hook, the elevator's, the ending and the free share one look-up of
         // the request; a token not ours is refused by that look-up, before any of them.
         let mut hctx = 0;
+        // The same, for `keep`, which runs while `first` holds `hctx`.
+        let ended_on = core::cell::Cell::new(0);
         let first = |rq: &Rq, request: &Request<D::Payload>, io: &RqIo| {
             hctx = request.hctx();
+            ended_on.set(hctx);
             self.trace_done(request, io, status);
             self.driver().complete(&self.cx(hctx), request);
             // A step of a flush sequence: the sequence goes on, the request stays.
@@ -171,12 +174,19 @@ impl<D: Driver> RequestQueue<D> {
             }
             true
         };
+        // The batch runner of the request's hardware queue keeps its tag for the next
+        // request it makes there.
+        let keep = |kept| {
+            let hctx = ended_on.get();
+            self.holds_batch(hctx).is_some() && self.hctxs[hctx].kept.keep(kept)
+        };
         let step = match self.tags().complete_into(
             rq,
             status,
             first,
             |bio, status| splits.end(bio, status),
             freed,
+            keep,
         ) {
             Ok(None) => {
                 self.put_usage();

@@ -115,14 +115,19 @@ impl<D: Driver> RequestQueue<D> {
 
     /// Calls `f` as `hctx`'s runner, where the platform says the caller holds its CPU
     /// alone ([`Platform::exclusive_cpu`](crate::Platform::exclusive_cpu)) and nobody runs
-    /// the hardware queue now; else just calls `f`. A driver's completion loop ends a batch
-    /// of requests this way: what their completions submit to `hctx` is issued without
-    /// claiming and letting go of the runner each time. Runs asked for meanwhile (by
-    /// anyone: another CPU's submission finds the runner taken) happen when `f` returns,
-    /// and what `f` submits while one is asked for is queued for it too, as beside any
-    /// runner at work. `f` must not quiesce the queue or wait for a run of `hctx`, as the
-    /// driver's `queue_rq` must not; a bio's end called inside `f` (the usual case) is
-    /// under the same rule.
+    /// the hardware queue now; else just calls `f`.
+    ///
+    /// A driver's completion loop ends a batch of requests this way. What their
+    /// completions submit to `hctx` is issued without claiming and letting go of the
+    /// runner each time; and, with no elevator, the driver tag of a request ended in the
+    /// batch is kept for the next request made there rather than put back and taken again
+    /// (one left over goes back when `f` returns).
+    ///
+    /// Runs asked for meanwhile (by anyone: another CPU's submission finds the runner
+    /// taken) happen when `f` returns, and what `f` submits while one is asked for is
+    /// queued for it too, as beside any runner at work. `f` must not quiesce the queue or
+    /// wait for a run of `hctx`, as the driver's `queue_rq` must not; a bio's end called
+    /// inside `f` (the usual case) is under the same rule.
     ///
     /// ```
     /// # use blkmq_core::*;
@@ -161,7 +166,11 @@ impl<D: Driver> RequestQueue<D> {
         impl<D: Driver> Drop for Release<'_, D> {
             fn drop(&mut self) {
                 let (queue, hctx) = (self.0, self.1);
-                queue.hctxs[hctx].held_by.store(NOT_HELD, Ordering::Relaxed);
+                let h = &queue.hctxs[hctx];
+                h.held_by.store(NOT_HELD, Ordering::Relaxed);
+                if let Some(kept) = h.kept.take() {
+                    queue.tags().put_kept(kept);
+                }
                 queue.finish_run(hctx);
             }
         }

@@ -147,7 +147,7 @@ use crate::error::ConfigError;
 use crate::limits::QueueLimits;
 use crate::platform::Platform;
 use crate::queue_map::{QueueMaps, QueueType};
-use crate::queue_tags::QueueTags;
+use crate::queue_tags::{KeptSlot, QueueTags};
 use crate::request::{Request, Rq, RqIo, RqState};
 use crate::split::SplitPool;
 use crate::sync::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize};
@@ -228,6 +228,9 @@ struct HwCtx<D: Driver> {
     /// ([`RequestQueue::run_batch`]) while it is not issuing, else [`NOT_HELD`]: written by
     /// that runner alone, and matched only by the context that holds that CPU alone.
     held_by: AtomicUsize,
+    /// The driver tag that runner keeps for the next request it makes here (see
+    /// `queue_tags/kept.rs`); touched by that runner alone.
+    kept: KeptSlot,
     /// Stopped by the driver ([`RequestQueue::stop_hw_queue`]).
     stopped: AtomicBool,
     /// Its CPUs are gone: no new requests are made for it.
@@ -406,6 +409,7 @@ impl<D: Driver> RequestQueue<D> {
                 CachePadded::new(HwCtx {
                     run_claim: AtomicU32::new(0),
                     held_by: AtomicUsize::new(NOT_HELD),
+                    kept: KeptSlot::new(),
                     stopped: AtomicBool::new(false),
                     inactive: AtomicBool::new(false),
                     dispatch: lock_api::Mutex::new(VecDeque::with_capacity(capacity)),

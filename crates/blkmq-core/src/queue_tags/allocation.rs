@@ -116,7 +116,7 @@ impl<T, P: Platform> QueueTags<T, P> {
     /// [`alloc_plain`](Self::alloc_plain): a normal driver tag with no sharing, no limit,
     /// no scheduler.
     #[inline(always)]
-    fn is_plain(&self, alloc: &Alloc) -> bool {
+    pub(super) fn is_plain(&self, alloc: &Alloc) -> bool {
         !alloc.reserved
             && alloc.shallow_depth.is_none()
             && self.sched.is_none()

@@ -23,11 +23,13 @@ use crate::tagset::{BusyRq, TagSet};
 
 mod allocation;
 mod batch;
+mod kept;
 mod sched_tags;
 mod sharing;
 
 pub use allocation::AllocFuture;
 pub(crate) use batch::FreeBatch;
+pub(crate) use kept::{Kept, KeptSlot};
 
 /// What to allocate: for which hardware queue, from which CPU, and with which limits.
 ///
@@ -703,12 +705,13 @@ impl<T, P: Platform> QueueTags<T, P> {
         first: impl FnOnce(&Rq, &Request<T>, &RqIo) -> bool,
         end: impl FnMut(Bio, Status),
     ) -> Result<Option<Rq>, Misused> {
-        self.complete_into(rq, status, first, end, None)
+        self.complete_into(rq, status, first, end, None, |_| false)
     }
 
     /// [`complete_with`](Self::complete_with), the tag of our own normal driver request
-    /// (the common case) going into `batch`, when given, to be put back with the tags of
-    /// the requests ended next to it.
+    /// (the common case) offered to `keep` first (see [`Kept`]), and unless kept, going
+    /// into `batch`, when given, to be put back with the tags of the requests ended next
+    /// to it.
     #[inline(always)]
     pub(crate) fn complete_into<'a>(
         &'a self,
@@ -717,6 +720,7 @@ impl<T, P: Platform> QueueTags<T, P> {
         first: impl FnOnce(&Rq, &Request<T>, &RqIo) -> bool,
         end: impl FnMut(Bio, Status),
         batch: Option<&mut FreeBatch<'a, T, P>>,
+        keep: impl FnOnce(Kept) -> bool,
     ) -> Result<Option<Rq>, Misused> {
         let Ok((owner, request)) = self.owner(&rq) else {
             return Err(Misused::foreign(rq));
@@ -740,6 +744,9 @@ impl<T, P: Platform> QueueTags<T, P> {
             if tag >= map.nr_reserved && !io.counted {
                 let cpu = io.alloc_cpu as usize;
                 request.release();
+                if keep(Kept::new(rq.map(), tag, cpu)) {
+                    return Ok(None);
+                }
                 if let Some(batch) = batch {
                     batch.add(map, tag - map.nr_reserved, cpu);
                     return Ok(None);
