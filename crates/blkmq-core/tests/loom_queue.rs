@@ -749,8 +749,9 @@ fn run_batch_issue_vs_a_submitter() {
 
 /// A device with room for one, holding one. A submitter on CPU 1 is refused (the request
 /// waits on the dispatch list for a restart) while the held request completes inside a run
-/// batch on CPU 0: the completion's restart finds the runner taken (by its own batch), so
-/// the batch's end must run what waits. The new request reaches the device at once.
+/// batch on CPU 0: the completion is counted out of the driver at the batch's end, whose
+/// restart pass (or the runner's own next round, the claim being the batch's) must run what
+/// waits. The new request reaches the device at once.
 #[test]
 fn completion_in_a_run_batch_restarts_a_refused_submission() {
     model(Some(3), || {

@@ -242,22 +242,24 @@ fn the_next_request_of_a_batch_takes_the_tag_its_completion_kept() {
     let tag = tag_of(&queue, &first);
     queue.run_batch(0, || {
         queue.end_request(first, Status::Ok).unwrap();
-        // Ended and out of the queue, its tag kept: still set in the bitmap.
+        // Ended and out of the queue, its tag kept: still set in the bitmap. It counts
+        // out of the driver when the batch ends.
         assert_eq!(
             (queue.usage(), host.in_driver(), host.set().busy()),
-            (0, 0, 1)
+            (0, 1, 1)
         );
         for sector in [64, 128, 192] {
             queue.submit(Bio::new(Op::Read, sector, 8)).unwrap();
             let next = host.driver().take().pop().unwrap();
             assert_eq!(tag_of(&queue, &next), tag, "a fresh tag, with one kept");
             assert_eq!(queue.io(&next).unwrap().sector(), sector);
-            assert_eq!(host.set().busy(), 1);
+            // In the driver in the place of the one ended.
+            assert_eq!((host.set().busy(), host.in_driver()), (1, 1));
             queue.end_request(next, Status::Ok).unwrap();
         }
     });
-    // The batch's end put the kept tag back.
-    assert_eq!(host.set().busy(), 0);
+    // The batch's end put the kept tag back and counted the last out.
+    assert_eq!((host.set().busy(), host.in_driver()), (0, 0));
     settled(&host, &queue);
 }
 
@@ -349,4 +351,66 @@ fn a_submitter_waiting_for_the_kept_tag_gets_it_when_the_batch_ends() {
     waiter.join().unwrap();
     assert_eq!(held_sectors(&host, &queue), [128]);
     settled(&host, &queue);
+}
+
+/// Holds what it takes, and turns everything down ("not now") while `refuse` is set.
+struct Picky {
+    refuse: std::sync::atomic::AtomicBool,
+    held: Mutex<Vec<Rq>>,
+}
+
+impl Driver for Picky {
+    type Platform = StdPlatform;
+    type Payload = ();
+
+    fn init_request(&self, _: RequestInit) {}
+
+    fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _last: bool) -> Result<(), Rejected> {
+        if self.refuse.load(Ordering::SeqCst) {
+            return Err(Rejected {
+                rq,
+                status: Status::Resource,
+            });
+        }
+        self.held.lock().unwrap().push(rq);
+        Ok(())
+    }
+}
+
+#[test]
+fn a_request_turned_down_in_a_batch_leaves_the_count_of_requests_in_the_driver_right() {
+    let platform = StdPlatform::with_cpus(1);
+    let driver = Picky {
+        refuse: std::sync::atomic::AtomicBool::new(false),
+        held: Mutex::new(Vec::new()),
+    };
+    let host = Host::new(TagSet::builder(8), platform.clone(), driver).unwrap();
+    let queue = host
+        .add_queue(QueueConfig::new(QueueLimits::new(1 << 20)))
+        .unwrap();
+    platform.pin_current_thread(0);
+    queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+    let first = host.driver().held.lock().unwrap().pop().unwrap();
+    queue.run_batch(0, || {
+        queue.end_request(first, Status::Ok).unwrap();
+        host.driver().refuse.store(true, Ordering::SeqCst);
+        // Goes to the driver in the place of the one ended, is turned down, and waits.
+        queue.submit(Bio::new(Op::Read, 64, 8)).unwrap();
+        assert!(host.driver().held.lock().unwrap().is_empty());
+        assert_eq!(host.in_driver(), 1, "the ended one, counted out at the end");
+        host.driver().refuse.store(false, Ordering::SeqCst);
+    });
+    // The batch's end counted the ended one out, and its restart ran what waited.
+    let held: Vec<Rq> = std::mem::take(&mut *host.driver().held.lock().unwrap());
+    assert_eq!(held.len(), 1);
+    assert_eq!(queue.io(&held[0]).unwrap().sector(), 64);
+    assert_eq!(host.in_driver(), 1);
+    queue
+        .end_requests(held.into_iter().map(|rq| (rq, Status::Ok)))
+        .unwrap();
+    assert!(!queue.has_work(0));
+    assert_eq!(
+        (host.in_driver(), queue.usage(), host.set().busy()),
+        (0, 0, 0)
+    );
 }

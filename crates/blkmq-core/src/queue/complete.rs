@@ -55,7 +55,7 @@ impl<D: Driver> RequestQueue<D> {
     #[inline]
     pub fn end_request(&self, rq: Rq, status: Status) -> Result<(), Misused> {
         let hctx = self.end_one(rq, status, true, None, &mut None)?;
-        self.host.restart_after(hctx, 1);
+        self.ended_on(hctx);
         Ok(())
     }
 

@@ -8,7 +8,7 @@ use crate::platform::Platform;
 use crate::request::{Request, Rq};
 use crate::sync::Ordering;
 
-use super::{HwCtx, NOT_HELD, PENDING, RUNNING, RequestQueue};
+use super::{HwCtx, PENDING, RUNNING, RequestQueue};
 
 /// What issuing one request came to.
 pub(super) enum Issued {
@@ -111,83 +111,6 @@ impl<D: Driver> RequestQueue<D> {
             && h.run_claim
                 .compare_exchange(0, RUNNING, Ordering::SeqCst, Ordering::SeqCst)
                 .is_ok()
-    }
-
-    /// Calls `f` as `hctx`'s runner, where the platform says the caller holds its CPU
-    /// alone ([`Platform::exclusive_cpu`](crate::Platform::exclusive_cpu)) and nobody runs
-    /// the hardware queue now; else just calls `f`.
-    ///
-    /// A driver's completion loop ends a batch of requests this way. What their
-    /// completions submit to `hctx` is issued without claiming and letting go of the
-    /// runner each time; and, with no elevator, the driver tag of a request ended in the
-    /// batch is kept for the next request made there rather than put back and taken again
-    /// (one left over goes back when `f` returns).
-    ///
-    /// Runs asked for meanwhile (by anyone: another CPU's submission finds the runner
-    /// taken) happen when `f` returns, and what `f` submits while one is asked for is
-    /// queued for it too, as beside any runner at work. `f` must not quiesce the queue or
-    /// wait for a run of `hctx`, as the driver's `queue_rq` must not; a bio's end called
-    /// inside `f` (the usual case) is under the same rule.
-    ///
-    /// ```
-    /// # use blkmq_core::*;
-    /// # use blkmq_core::testing::Hold;
-    /// let platform = StdPlatform::with_cpus(1);
-    /// let host = Host::new(TagSet::builder(8), platform.clone(), Hold::new()).unwrap();
-    /// let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
-    /// platform.pin_current_thread(0);
-    /// let issued = queue.run_batch(0, || {
-    ///     queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
-    ///     queue.submit(Bio::new(Op::Read, 64, 8)).unwrap();
-    ///     host.driver().len()
-    /// });
-    /// assert_eq!(issued, 2); // issued at once, as outside a batch
-    /// let held = host.driver().take();
-    /// queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok))).unwrap();
-    /// assert_eq!(queue.usage(), 0);
-    /// ```
-    pub fn run_batch<R>(&self, hctx: usize, f: impl FnOnce() -> R) -> R {
-        let Some(h) = self.hctxs.get(hctx) else {
-            return f();
-        };
-        let Some(cpu) = self.platform().exclusive_cpu() else {
-            return f();
-        };
-        // Somebody runs it, or asked for a run (this thread too, inside a batch or a run):
-        // no batch, just `f`.
-        if h.run_claim
-            .compare_exchange(0, RUNNING, Ordering::SeqCst, Ordering::SeqCst)
-            .is_err()
-        {
-            return f();
-        }
-        /// Lets the claim go however `f` leaves.
-        struct Release<'a, D: Driver>(&'a RequestQueue<D>, usize);
-        impl<D: Driver> Drop for Release<'_, D> {
-            fn drop(&mut self) {
-                let (queue, hctx) = (self.0, self.1);
-                let h = &queue.hctxs[hctx];
-                h.held_by.store(NOT_HELD, Ordering::Relaxed);
-                if let Some(kept) = h.kept.take() {
-                    queue.tags().put_kept(kept);
-                }
-                queue.finish_run(hctx);
-            }
-        }
-        h.held_by.store(cpu, Ordering::Relaxed);
-        let _release = Release(self, hctx);
-        f()
-    }
-
-    /// The CPU whose context holds `hctx`'s claim across a batch
-    /// ([`run_batch`](Self::run_batch)), when it is the caller's.
-    #[inline(always)]
-    pub(super) fn holds_batch(&self, hctx: usize) -> Option<usize> {
-        let held = self.hctxs[hctx].held_by.load(Ordering::Relaxed);
-        if held == NOT_HELD || self.platform().exclusive_cpu() != Some(held) {
-            return None;
-        }
-        Some(held)
     }
 
     /// As the runner: stop, unless a run was asked for meanwhile — then dispatch again.
@@ -562,11 +485,20 @@ impl<D: Driver> RequestQueue<D> {
         let driver = self.driver();
         let hctx = cx.hctx();
         self.trace_issue(&rq, request, stamp);
-        self.driver_in(hctx);
+        // In a batch (only its context runs `hctx` then), a request ended there leaves
+        // its place to this one: the count stays as it is.
+        let placed = self.hctxs[hctx].deferred.take_place();
+        if !placed {
+            self.driver_in(hctx);
+        }
         match driver.queue_rq(cx, rq, last) {
             Ok(()) => Issued::Queued,
             Err(Rejected { mut rq, status }) => {
-                self.driver_out(hctx);
+                if placed {
+                    self.hctxs[hctx].deferred.give_place_back();
+                } else {
+                    self.driver_out(hctx);
+                }
                 driver.put_budget(cx);
                 if matches!(status, Status::Resource | Status::DevResource) {
                     let _ = tags.requeue(&mut rq);

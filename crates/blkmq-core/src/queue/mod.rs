@@ -153,6 +153,7 @@ use crate::split::SplitPool;
 use crate::sync::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize};
 
 mod account;
+mod batch;
 mod complete;
 mod config;
 mod data;
@@ -231,6 +232,9 @@ struct HwCtx<D: Driver> {
     /// The driver tag that runner keeps for the next request it makes here (see
     /// `queue_tags/kept.rs`); touched by that runner alone.
     kept: KeptSlot,
+    /// What that runner's batch ended and has not yet counted out of the driver
+    /// (`batch.rs`); touched by that runner alone.
+    deferred: batch::Deferred,
     /// Stopped by the driver ([`RequestQueue::stop_hw_queue`]).
     stopped: AtomicBool,
     /// Its CPUs are gone: no new requests are made for it.
@@ -410,6 +414,7 @@ impl<D: Driver> RequestQueue<D> {
                     run_claim: AtomicU32::new(0),
                     held_by: AtomicUsize::new(NOT_HELD),
                     kept: KeptSlot::new(),
+                    deferred: batch::Deferred::new(),
                     stopped: AtomicBool::new(false),
                     inactive: AtomicBool::new(false),
                     dispatch: lock_api::Mutex::new(VecDeque::with_capacity(capacity)),

@@ -405,33 +405,6 @@ impl<D: Driver> RequestQueue<D> {
         Some((rq, request))
     }
 
-    /// A request carrying `bio` (with its data segments `segments`) made on the tag the
-    /// caller keeps as `hctx`'s batch runner (see [`run_batch`](Self::run_batch)), and the
-    /// request its token names; `None` when the caller keeps none there. A kept tag that
-    /// cannot serve this allocation stays kept.
-    #[inline(always)]
-    fn take_kept(
-        &self,
-        bio: &Bio,
-        segments: crate::segment::SegSpan,
-        cpu: usize,
-        hctx: usize,
-    ) -> Option<(Rq, &Request<D::Payload>)> {
-        self.holds_batch(hctx)?;
-        let slot = &self.hctxs[hctx].kept;
-        let kept = slot.take()?;
-        match self
-            .tags()
-            .alloc_kept(kept, &Alloc::new(hctx, cpu), *bio, segments)
-        {
-            Ok(made) => Some(made),
-            Err(kept) => {
-                slot.keep(kept);
-                None
-            }
-        }
-    }
-
     /// With the usage reference `usage` held, no request could be had for `bio`: without
     /// one free it comes back to be submitted again; on any other error it ends with an
     /// I/O error.
