@@ -604,10 +604,28 @@ impl Shared {
                 let mut n = 0usize;
                 let mask = u64::from(self.block) - 1;
                 let mut unaligned = 0u64;
-                let Some(segments) = queue.segments(rq) else {
-                    return Err(Status::IoErr);
+                // One bio of one buffer (the common case): its one segment is the whole
+                // request, read off the bio without a walk of the request's segments.
+                let whole = match io.first_bio() {
+                    Some(bio) if io.nr_bios() == 1 && bio.data.is_contiguous() => bio
+                        .segs()
+                        .next()
+                        .filter(|seg| u64::from(seg.len) == len && len != 0),
+                    _ => None,
                 };
-                for seg in segments {
+                if let Some(seg) = whole {
+                    first = libc::iovec {
+                        iov_base: seg.addr as *mut libc::c_void,
+                        iov_len: seg.len as usize,
+                    };
+                    n = 1;
+                    unaligned = seg.addr | u64::from(seg.len);
+                }
+                let segments = match whole {
+                    Some(_) => None,
+                    None => Some(queue.segments(rq).ok_or(Status::IoErr)?),
+                };
+                for seg in segments.into_iter().flatten() {
                     if seg.len == 0 {
                         continue;
                     }
