@@ -5,7 +5,7 @@
 //! `queue_rq`; without a CPU held alone, or once the batch has ended (a panic included),
 //! nothing is held.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use blkmq_core::testing::Hold;
@@ -413,4 +413,94 @@ fn a_request_turned_down_in_a_batch_leaves_the_count_of_requests_in_the_driver_r
         (host.in_driver(), queue.usage(), host.set().busy()),
         (0, 0, 0)
     );
+}
+
+/// One CPU, held alone by whoever runs (the test's one thread), and a clock the test sets,
+/// which counts its readings.
+#[derive(Clone, Default)]
+struct Clocked {
+    now: Arc<AtomicU64>,
+    reads: Arc<AtomicUsize>,
+}
+
+impl Platform for Clocked {
+    type RawMutex = spin::mutex::SpinMutex<()>;
+
+    fn nr_cpus(&self) -> usize {
+        1
+    }
+
+    fn current_cpu(&self) -> usize {
+        0
+    }
+
+    fn exclusive_cpu(&self) -> Option<usize> {
+        Some(0)
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.coarse_now_ns()
+    }
+
+    fn coarse_now_ns(&self) -> u64 {
+        self.reads.fetch_add(1, Ordering::SeqCst);
+        self.now.load(Ordering::SeqCst)
+    }
+
+    fn kick(&self, _hctx: usize) {}
+}
+
+/// Holds what it takes.
+#[derive(Default)]
+struct Keep(Mutex<Vec<Rq>>);
+
+impl Driver for Keep {
+    type Platform = Clocked;
+    type Payload = ();
+
+    fn init_request(&self, _: RequestInit) {}
+
+    fn queue_rq(&self, _: &HctxCx<'_, Self>, rq: Rq, _last: bool) -> Result<(), Rejected> {
+        self.0.lock().unwrap().push(rq);
+        Ok(())
+    }
+}
+
+#[test]
+fn a_batch_reads_the_clock_once_for_what_it_starts_and_ends() {
+    for accounting in [false, true] {
+        let platform = Clocked::default();
+        platform.now.store(1_000, Ordering::SeqCst);
+        let host = Host::new(TagSet::builder(8), platform.clone(), Keep::default()).unwrap();
+        let config = QueueConfig::new(QueueLimits::new(1 << 20)).accounting(accounting);
+        let queue = host.add_queue(config).unwrap();
+        queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
+        let first = host.driver().0.lock().unwrap().pop().unwrap();
+        platform.now.store(5_000, Ordering::SeqCst);
+        let reads = platform.reads.load(Ordering::SeqCst);
+        let started = queue.run_batch(0, || {
+            platform.now.store(9_000, Ordering::SeqCst);
+            queue.end_request(first, Status::Ok).unwrap();
+            (0..3)
+                .map(|i| {
+                    queue.submit(Bio::new(Op::Read, 64 * (i + 1), 8)).unwrap();
+                    let rq = host.driver().0.lock().unwrap().pop().unwrap();
+                    let start = queue.io(&rq).unwrap().start_ns();
+                    queue.end_request(rq, Status::Ok).unwrap();
+                    start
+                })
+                .collect::<Vec<u64>>()
+        });
+        // Started at the batch's reading, not the clock's later value, and read once.
+        assert_eq!(started, [5_000; 3], "accounting {accounting}");
+        assert_eq!(platform.reads.load(Ordering::SeqCst) - reads, 1);
+        if accounting {
+            let stats = queue.stats().unwrap();
+            assert_eq!(stats.op(OpGroup::Read).ios, 4);
+        }
+        assert_eq!(
+            (host.in_driver(), queue.usage(), host.set().busy()),
+            (0, 0, 0)
+        );
+    }
 }

@@ -22,15 +22,16 @@ impl<D: Driver> RequestQueue<D> {
         acct.writer(self.platform().exclusive_cpu(), cpu)
     }
 
-    /// The coarse clock's reading for a request about to be made, when accounting is on:
+    /// The coarse clock's reading for a request about to be made for `hctx` (see
+    /// [`coarse_now_on`](Self::coarse_now_on)), when accounting is on:
     /// what its allocation stamps it with ([`QueueTags::alloc_with_bio`]'s `start`) and
     /// [`account_start`](Self::account_start) counts it at.
     ///
     /// [`QueueTags::alloc_with_bio`]: crate::QueueTags
     #[inline(always)]
-    pub(super) fn account_stamp(&self) -> Option<u64> {
+    pub(super) fn account_stamp(&self, hctx: usize) -> Option<u64> {
         self.acct.as_ref()?;
-        Some(self.platform().coarse_now_ns())
+        Some(self.coarse_now_on(hctx))
     }
 
     /// A request of `op` was made on `cpu` for `hctx` at `start` (from
@@ -105,7 +106,7 @@ impl<D: Driver> RequestQueue<D> {
         if let Some(group) = counted_group(io) {
             let writer = self.acct_writer(acct, || self.cpu());
             acct.done(writer, hctx, group, io.sectors(), io.alloc_ns, now, || {
-                self.platform().coarse_now_ns()
+                self.coarse_now_on(hctx)
             });
         }
     }

@@ -6,6 +6,8 @@
 //! * a direct issue takes no run claim (the batch holds it: `issue_direct`);
 //! * the driver tag of a request ended is kept for the next request made
 //!   (`queue_tags/kept.rs`), not put back and taken again;
+//! * the coarse clock is read once, when the batch begins, for the start stamps and the
+//!   accounting of every request the batch makes or ends;
 //! * a request ended is counted out of the driver, and its completion seen by the restart,
 //!   when the batch ends (as [`end_requests`](RequestQueue::end_requests) does at the end of
 //!   its batch); meanwhile a request issued takes the place of one ended, and neither
@@ -144,6 +146,8 @@ impl<D: Driver> RequestQueue<D> {
                 queue.finish_run(hctx);
             }
         }
+        h.batch_now
+            .store(self.platform().coarse_now_ns(), Ordering::Relaxed);
         h.held_by.store(cpu, Ordering::Relaxed);
         let _release = Release(self, hctx);
         f()
@@ -185,6 +189,24 @@ impl<D: Driver> RequestQueue<D> {
                 None
             }
         }
+    }
+
+    /// The coarse clock for a request of `hctx`: read now, or in the caller's batch on
+    /// `hctx`, the batch's reading (taken when it began, microseconds ago: the coarse clock
+    /// itself lags by up to a kernel tick).
+    #[inline(always)]
+    pub(super) fn coarse_now_on(&self, hctx: usize) -> u64 {
+        match self.holds_batch(hctx) {
+            Some(_) => self.batch_now(hctx),
+            None => self.platform().coarse_now_ns(),
+        }
+    }
+
+    /// The coarse clock's reading of the batch on `hctx` (see
+    /// [`coarse_now_on`](Self::coarse_now_on)); for its runner.
+    #[inline(always)]
+    pub(super) fn batch_now(&self, hctx: usize) -> u64 {
+        self.hctxs[hctx].batch_now.load(Ordering::Relaxed)
     }
 
     /// The end of a request of `hctx`: counted out of the driver, and the restart's pass

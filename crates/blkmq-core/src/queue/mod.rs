@@ -235,6 +235,9 @@ struct HwCtx<D: Driver> {
     /// What that runner's batch ended and has not yet counted out of the driver
     /// (`batch.rs`); touched by that runner alone.
     deferred: batch::Deferred,
+    /// The coarse clock read when that runner's batch began, its reading for the batch
+    /// (`batch.rs`); touched by that runner alone.
+    batch_now: AtomicU64,
     /// Stopped by the driver ([`RequestQueue::stop_hw_queue`]).
     stopped: AtomicBool,
     /// Its CPUs are gone: no new requests are made for it.
@@ -415,6 +418,7 @@ impl<D: Driver> RequestQueue<D> {
                     held_by: AtomicUsize::new(NOT_HELD),
                     kept: KeptSlot::new(),
                     deferred: batch::Deferred::new(),
+                    batch_now: AtomicU64::new(0),
                     stopped: AtomicBool::new(false),
                     inactive: AtomicBool::new(false),
                     dispatch: lock_api::Mutex::new(VecDeque::with_capacity(capacity)),

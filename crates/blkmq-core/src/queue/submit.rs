@@ -337,7 +337,7 @@ impl<D: Driver> RequestQueue<D> {
             _ => None,
         };
         // The request the token names, where the cache had it at hand.
-        let start = self.account_stamp();
+        let start = self.account_stamp(hctx);
         let (mut rq, known) = match cached {
             Some((rq, request)) => (rq, Some(request)),
             None => match self
@@ -453,6 +453,7 @@ impl<D: Driver> RequestQueue<D> {
                 // Not held while issuing: a request the driver ends inside its `queue_rq`,
                 // whose end submits, queues rather than call the driver from within.
                 h.held_by.store(NOT_HELD, Ordering::Relaxed);
+                let now = now.or_else(|| Some(self.batch_now(hctx)));
                 self.issue_claimed(rq, hctx, now, stamp);
                 h.held_by.store(held, Ordering::Relaxed);
             } else {
