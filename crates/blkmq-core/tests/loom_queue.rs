@@ -702,101 +702,93 @@ fn freeze_counts_readers(sole: bool) {
     });
 }
 
-/// A thread ending a batch of completions as the hardware queue's runner
-/// ([`RequestQueue::run_batch`]), on CPU 0, which it holds alone. `f` is the batch.
-fn batch_on_cpu0(
-    world: &Arc<World>,
-    f: impl FnOnce(&World) + Send + 'static,
-) -> thread::JoinHandle<()> {
-    let world = world.clone();
-    spawn(move || {
-        pin(0);
-        world.queue.run_batch(0, || f(&world));
-    })
+/// What a thread of [`run_batch_race`] does.
+#[derive(Clone, Copy)]
+enum Step {
+    /// Submits a read of 8 sectors there; the queue must take it.
+    Submit(u64),
+    /// Ends the request the device holds from the prefill.
+    EndHeld,
 }
 
-/// A submitter on CPU 1 (of the same, only hardware queue).
-fn submitter_on_cpu1(world: &Arc<World>, sector: u64) -> thread::JoinHandle<()> {
-    let world = world.clone();
-    spawn(move || {
-        pin(1);
-        world.submit(sector);
-    })
+impl Step {
+    fn run(self, world: &World, held: Option<Rq>) {
+        match self {
+            Step::Submit(sector) => world.submit(sector),
+            Step::EndHeld => world
+                .queue
+                .end_request(held.expect("the held request"), Status::Ok)
+                .unwrap(),
+        }
+    }
 }
 
 /// One hardware queue over two CPUs, each thread its CPU's sole holder, a device with room
-/// for two. The thread on CPU 0 submits inside a run batch (issued at once, without claiming
-/// the runner) while a thread on CPU 1 submits too, and finds the runner taken: its request
-/// must reach the device when the batch ends, if not before, and the device is never called
-/// by both at once.
-#[test]
-fn run_batch_issue_vs_a_submitter() {
-    model(Some(3), || {
+/// for `room` requests, holding one when a step ends it. A thread on CPU 0 does `batch`
+/// inside a run batch ([`RequestQueue::run_batch`]) while a thread on CPU 1 does `other`.
+/// Right after both, with the platform's kicks served, two requests have reached the device;
+/// at the end every request has been through it, and the device was never called by both
+/// at once.
+fn run_batch_race(room: usize, batch: Step, other: Step) {
+    model(Some(3), move || {
         let world = Arc::new(World::holders(
             TagSet::builder(4),
             2,
-            Device::new(2, None),
+            Device::new(room, None),
             true,
         ));
-        let batch = batch_on_cpu0(&world, |world| world.submit(0));
-        let other = submitter_on_cpu1(&world, 64);
+        let ends = |step| matches!(step, Step::EndHeld);
+        let mut held = if ends(batch) || ends(other) {
+            world.prefill(1).pop()
+        } else {
+            None
+        };
+        let held_by_batch = if ends(batch) { held.take() } else { None };
+        let batch = {
+            let world = world.clone();
+            spawn(move || {
+                pin(0);
+                world
+                    .queue
+                    .run_batch(0, || batch.run(&world, held_by_batch));
+            })
+        };
+        let other = {
+            let world = world.clone();
+            spawn(move || {
+                pin(1);
+                other.run(&world, held);
+            })
+        };
         batch.join().unwrap();
         other.join().unwrap();
         world.check_taken(2);
         world.drain([], 2);
     });
+}
+
+/// A device with room for two. The thread on CPU 0 submits inside a run batch (issued at
+/// once, without claiming the runner) while a thread on CPU 1 submits too and finds the
+/// runner taken: its request must reach the device when the batch ends, if not before.
+#[test]
+fn run_batch_issue_vs_a_submitter() {
+    run_batch_race(2, Step::Submit(0), Step::Submit(64));
 }
 
 /// A device with room for one, holding one. A submitter on CPU 1 is refused (the request
 /// waits on the dispatch list for a restart) while the held request completes inside a run
 /// batch on CPU 0: the completion is counted out of the driver at the batch's end, whose
 /// restart pass (or the runner's own next round, the claim being the batch's) must run what
-/// waits. The new request reaches the device at once.
+/// waits.
 #[test]
 fn completion_in_a_run_batch_restarts_a_refused_submission() {
-    model(Some(3), || {
-        let world = Arc::new(World::holders(
-            TagSet::builder(4),
-            2,
-            Device::new(1, None),
-            true,
-        ));
-        let first = world.prefill(1).pop().unwrap();
-        let other = submitter_on_cpu1(&world, 64);
-        let batch = batch_on_cpu0(&world, move |world| {
-            world.queue.end_request(first, Status::Ok).unwrap();
-        });
-        batch.join().unwrap();
-        other.join().unwrap();
-        world.check_taken(2);
-        world.drain([], 2);
-    });
+    run_batch_race(1, Step::EndHeld, Step::Submit(64));
 }
 
 /// A device with room for one, holding one. Inside a run batch on CPU 0 a submission is
 /// refused while the held request completes on CPU 1: the give-up's restart protocol holds
-/// inside a batch as in a run, and the new request reaches the device at once.
+/// inside a batch as in a run.
 #[test]
 fn give_up_in_a_run_batch_vs_completion() {
-    model(Some(3), || {
-        let world = Arc::new(World::holders(
-            TagSet::builder(4),
-            2,
-            Device::new(1, None),
-            true,
-        ));
-        let first = world.prefill(1).pop().unwrap();
-        let batch = batch_on_cpu0(&world, |world| world.submit(64));
-        let completer = {
-            let world = world.clone();
-            spawn(move || {
-                pin(1);
-                world.queue.end_request(first, Status::Ok).unwrap();
-            })
-        };
-        batch.join().unwrap();
-        completer.join().unwrap();
-        world.check_taken(2);
-        world.drain([], 2);
-    });
+    run_batch_race(1, Step::Submit(64), Step::EndHeld);
 }

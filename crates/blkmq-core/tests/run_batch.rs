@@ -11,6 +11,10 @@ use std::sync::{Arc, Mutex};
 use blkmq_core::testing::Hold;
 use blkmq_core::*;
 
+#[path = "common/fifo.rs"]
+mod fifo;
+use fifo::Fifo;
+
 type Held = Hold<StdPlatform>;
 
 /// A host of two CPUs over one hardware queue whose driver holds what it takes.
@@ -286,7 +290,7 @@ fn a_kept_tag_nobody_took_goes_back_when_the_batch_ends() {
 fn a_queue_with_an_elevator_keeps_no_tag() {
     let platform = StdPlatform::with_cpus(2);
     let host = Host::new(TagSet::builder(16), platform.clone(), Hold::new()).unwrap();
-    let config = QueueConfig::new(QueueLimits::new(1 << 20)).elevator(Box::new(Fifo::default()));
+    let config = QueueConfig::new(QueueLimits::new(1 << 20)).elevator(Box::new(Fifo::new()));
     let queue = host.add_queue(config).unwrap();
     platform.pin_current_thread(0);
     queue.submit(Bio::new(Op::Read, 0, 8)).unwrap();
@@ -298,34 +302,6 @@ fn a_queue_with_an_elevator_keeps_no_tag() {
     });
     assert_eq!(held_sectors(&host, &queue), [64]);
     settled(&host, &queue);
-}
-
-/// First in, first out.
-#[derive(Default)]
-struct Fifo(std::collections::VecDeque<Rq>);
-
-impl Elevator for Fifo {
-    fn name(&self) -> &'static str {
-        "fifo"
-    }
-
-    fn insert_requests(&mut self, _: &ElvCx<'_>, rqs: &mut dyn Iterator<Item = Rq>, head: bool) {
-        for rq in rqs {
-            if head {
-                self.0.push_front(rq);
-            } else {
-                self.0.push_back(rq);
-            }
-        }
-    }
-
-    fn dispatch_request(&mut self, _: &ElvCx<'_>, _: usize) -> Option<Rq> {
-        self.0.pop_front()
-    }
-
-    fn has_work(&self, _: usize) -> bool {
-        !self.0.is_empty()
-    }
 }
 
 #[test]

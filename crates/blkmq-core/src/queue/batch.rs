@@ -14,8 +14,10 @@
 //!   touches the hardware queue's count.
 //!
 //! The claim is held from the batch's start to its end, so only the batch's context runs
-//! the hardware queue meanwhile: the state above (`held_by`, `kept`, `deferred`) is written
-//! and read by it alone, and settled before the claim goes.
+//! the hardware queue meanwhile: the state above (`held_by`, `kept`, `batch_now`,
+//! `deferred`) is written and read by it alone, and settled before the claim goes. The count
+//! of requests in the driver reads high until then, never low, and the batch's end is the
+//! completion a runner that gave up meanwhile waits for.
 
 use crate::bio::Bio;
 use crate::driver::Driver;
@@ -85,9 +87,12 @@ impl<D: Driver> RequestQueue<D> {
     ///
     /// A driver's completion loop ends a batch of requests this way. What their
     /// completions submit to `hctx` is issued without claiming and letting go of the
-    /// runner each time; and, with no elevator, the driver tag of a request ended in the
-    /// batch is kept for the next request made there rather than put back and taken again
-    /// (one left over goes back when `f` returns).
+    /// runner each time; with no elevator, the driver tag of a request ended in the batch
+    /// is kept for the next request made there rather than put back and taken again (one
+    /// left over goes back when `f` returns); the coarse clock is read once, when the batch
+    /// begins; and the requests ended there count out of the driver, with one restart
+    /// pass, when `f` returns ([`Host::in_driver`](crate::Host::in_driver) counts them
+    /// until then), a request issued meanwhile taking the place of one ended.
     ///
     /// Runs asked for meanwhile (by anyone: another CPU's submission finds the runner
     /// taken) happen when `f` returns, and what `f` submits while one is asked for is
