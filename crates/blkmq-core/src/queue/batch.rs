@@ -170,9 +170,9 @@ impl<D: Driver> RequestQueue<D> {
     }
 
     /// A request carrying `bio` (with its data segments `segments`) made on the tag the
-    /// caller keeps as `hctx`'s batch runner (see [`run_batch`](Self::run_batch)), and the
-    /// request its token names; `None` when the caller keeps none there. A kept tag that
-    /// cannot serve this allocation stays kept.
+    /// caller keeps as `hctx`'s batch runner (see [`run_batch`](Self::run_batch): the
+    /// caller runs one there), and the request its token names; `None` when the caller
+    /// keeps none there. A kept tag that cannot serve this allocation stays kept.
     #[inline(always)]
     pub(super) fn take_kept(
         &self,
@@ -181,7 +181,6 @@ impl<D: Driver> RequestQueue<D> {
         cpu: usize,
         hctx: usize,
     ) -> Option<(Rq, &Request<D::Payload>)> {
-        self.holds_batch(hctx)?;
         let slot = &self.hctxs[hctx].kept;
         let kept = slot.take()?;
         match self
@@ -215,10 +214,11 @@ impl<D: Driver> RequestQueue<D> {
     }
 
     /// The end of a request of `hctx`: counted out of the driver, and the restart's pass
-    /// made, at once, or at the end of the caller's batch on `hctx` (see the module).
+    /// made, at once, or `in_batch` (the caller's batch on `hctx`), at its end (see the
+    /// module).
     #[inline(always)]
-    pub(super) fn ended_on(&self, hctx: usize) {
-        if self.holds_batch(hctx).is_some() {
+    pub(super) fn ended_on(&self, hctx: usize, in_batch: bool) {
+        if in_batch {
             self.hctxs[hctx].deferred.ended();
         } else {
             self.host.restart_after(hctx, 1);

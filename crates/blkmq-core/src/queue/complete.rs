@@ -54,8 +54,8 @@ impl<D: Driver> RequestQueue<D> {
     /// ```
     #[inline]
     pub fn end_request(&self, rq: Rq, status: Status) -> Result<(), Misused> {
-        let hctx = self.end_one(rq, status, true, None, &mut None)?;
-        self.ended_on(hctx);
+        let (hctx, in_batch) = self.end_one(rq, status, true, None, &mut None)?;
+        self.ended_on(hctx, in_batch);
         Ok(())
     }
 
@@ -97,8 +97,8 @@ impl<D: Driver> RequestQueue<D> {
         let mut now = None;
         for (rq, status) in batch.by_ref() {
             match self.end_one(rq, status, true, Some(&mut freed), &mut now) {
-                Ok(hctx) if hctx == ended.0 => ended.1 += 1,
-                Ok(hctx) => {
+                Ok((hctx, _)) if hctx == ended.0 => ended.1 += 1,
+                Ok((hctx, _)) => {
                     if ended.1 != 0 {
                         self.host.driver_ended(ended.0, ended.1);
                     }
@@ -132,9 +132,10 @@ impl<D: Driver> RequestQueue<D> {
         self.host.restart();
     }
 
-    /// Ends one request; returns its hardware queue. For an `issued` one the budget goes
-    /// back here, and the caller counts it out of the driver with the restart
-    /// ([`Host::restart_after`]).
+    /// Ends one request; returns its hardware queue, and whether the caller runs a batch
+    /// there ([`run_batch`](Self::run_batch)). For an `issued` one the budget goes back
+    /// here, and the caller counts it out of the driver with the restart
+    /// ([`Host::restart_after`], or at the batch's end: [`ended_on`](Self::ended_on)).
     ///
     /// A token not ours comes back before anything happens: no hook, no budget, no count.
     ///
@@ -150,17 +151,18 @@ impl<D: Driver> RequestQueue<D> {
         issued: bool,
         freed: Option<&mut FreeBatch<'a, D::Payload, D::Platform>>,
         now: &mut Option<u64>,
-    ) -> Result<usize, Misused> {
+    ) -> Result<(usize, bool), Misused> {
         let splits = &self.splits;
         let elevated = self.has_elevator.load(Ordering::Relaxed);
         // The driver's hook, the elevator's, the ending and the free share one look-up of
         // the request; a token not ours is refused by that look-up, before any of them.
         let mut hctx = 0;
-        // The same, for `keep`, which runs while `first` holds `hctx`.
-        let ended_on = core::cell::Cell::new(0);
+        // Whether the caller runs a batch on `hctx`, for `keep` (which runs while `first`
+        // holds `hctx`) and the caller.
+        let in_batch = core::cell::Cell::new(None);
         let first = |rq: &Rq, request: &Request<D::Payload>, io: &RqIo| {
             hctx = request.hctx();
-            ended_on.set(hctx);
+            in_batch.set(self.holds_batch(hctx).map(|_| hctx));
             self.trace_done(request, io, status);
             self.driver().complete(&self.cx(hctx), request);
             // A step of a flush sequence: the sequence goes on, the request stays.
@@ -177,8 +179,9 @@ impl<D: Driver> RequestQueue<D> {
         // The batch runner of the request's hardware queue keeps its tag for the next
         // request it makes there.
         let keep = |kept| {
-            let hctx = ended_on.get();
-            self.holds_batch(hctx).is_some() && self.hctxs[hctx].kept.keep(kept)
+            in_batch
+                .get()
+                .is_some_and(|hctx| self.hctxs[hctx].kept.keep(kept))
         };
         let step = match self.tags().complete_into(
             rq,
@@ -204,7 +207,7 @@ impl<D: Driver> RequestQueue<D> {
         if let Some(rq) = step {
             self.flush_step_ended(rq, status, hctx);
         }
-        Ok(hctx)
+        Ok((hctx, in_batch.get().is_some()))
     }
 
     /// Frees a request whose bios merged into another (one of ours: the merge looked it up).

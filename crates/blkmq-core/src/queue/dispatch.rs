@@ -114,19 +114,34 @@ impl<D: Driver> RequestQueue<D> {
     }
 
     /// As the runner: stop, unless a run was asked for meanwhile — then dispatch again.
+    /// The common case, no run asked for, inline.
+    #[inline(always)]
     pub(super) fn finish_run(&self, hctx: usize) {
+        // INVARIANT: the claim goes only when no run was asked for since the last look;
+        // otherwise this runner looks again, so the run asked for is not lost.
+        if self.hctxs[hctx]
+            .run_claim
+            .compare_exchange(RUNNING, 0, Ordering::SeqCst, Ordering::SeqCst)
+            .is_err()
+        {
+            self.run_again(hctx);
+        }
+    }
+
+    /// [`finish_run`](Self::finish_run) when a run was asked for: dispatches until the
+    /// claim goes with none asked for.
+    #[inline(never)]
+    fn run_again(&self, hctx: usize) {
         let h = &self.hctxs[hctx];
         loop {
-            // INVARIANT: the claim goes only when no run was asked for since the last look;
-            // otherwise this runner looks again, so the run asked for is not lost.
+            h.run_claim.fetch_and(!PENDING, Ordering::SeqCst);
+            self.dispatch(hctx, None);
             if h.run_claim
                 .compare_exchange(RUNNING, 0, Ordering::SeqCst, Ordering::SeqCst)
                 .is_ok()
             {
                 return;
             }
-            h.run_claim.fetch_and(!PENDING, Ordering::SeqCst);
-            self.dispatch(hctx, None);
         }
     }
 

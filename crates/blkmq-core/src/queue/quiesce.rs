@@ -146,7 +146,7 @@ impl<D: Driver> RequestQueue<D> {
     }
 
     /// Whether dispatch must not call the driver on `hctx` now.
-    #[inline]
+    #[inline(always)]
     pub(super) fn halted(&self, hctx: usize) -> bool {
         self.quiesced.load(Ordering::SeqCst) != 0
             || self.host.quiesced.load(Ordering::SeqCst) != 0

@@ -331,9 +331,14 @@ impl<D: Driver> RequestQueue<D> {
             }
             usage
         };
+        // The caller's batch on `hctx` (`batch.rs`), where a request may issue directly.
+        let batch = match plug {
+            None if !elevated => self.holds_batch(hctx),
+            _ => None,
+        };
         let cached = match plug.as_deref_mut() {
             Some(plug) if !elevated => self.take_cached(plug, bio, segments, cpu, hctx),
-            None if !elevated => self.take_kept(bio, segments, cpu, hctx),
+            None if batch.is_some() => self.take_kept(bio, segments, cpu, hctx),
             _ => None,
         };
         // The request the token names, where the cache had it at hand.
@@ -373,7 +378,7 @@ impl<D: Driver> RequestQueue<D> {
             }
             // The common submission: issued at once on an idle hardware queue.
             None if !elevated && bio.op != Op::Flush => {
-                self.issue_direct(rq, cpu, hctx, kind, now, stamp)
+                self.issue_direct(rq, cpu, hctx, kind, now, stamp, batch)
             }
             None => {
                 self.trace_untold(&rq, stamp);
@@ -430,8 +435,10 @@ impl<D: Driver> RequestQueue<D> {
     /// hardware queue run.
     /// `now`, when the caller read the coarse clock a moment ago, is the start stamp;
     /// `stamp`, the trace clock reading for its D when it is issued here, with its Q and G
-    /// untold (see [`trace_stamp`](Self::trace_stamp) and `trace.rs`).
+    /// untold (see [`trace_stamp`](Self::trace_stamp) and `trace.rs`); `batch`, the CPU of
+    /// the caller's batch on `hctx` ([`holds_batch`](Self::holds_batch)), if it runs one.
     #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
     fn issue_direct(
         &self,
         rq: Rq,
@@ -440,9 +447,10 @@ impl<D: Driver> RequestQueue<D> {
         kind: QueueType,
         now: Option<u64>,
         stamp: TraceStamp,
+        batch: Option<usize>,
     ) {
         let h = &self.hctxs[hctx];
-        if let Some(held) = self.holds_batch(hctx) {
+        if let Some(held) = batch {
             // The caller runs `hctx` already: it issues, unless a run was asked for, the
             // dispatch list holds requests, or the hardware is busy, which go first.
             if h.run_claim.load(Ordering::SeqCst) & PENDING == 0
