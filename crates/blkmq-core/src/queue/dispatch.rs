@@ -99,7 +99,19 @@ impl<D: Driver> RequestQueue<D> {
     /// on its dispatch list, the hardware not busy, and nobody running it. The claimer
     /// checks [`halted`](Self::halted) next and ends with [`finish_run`](Self::finish_run).
     pub(super) fn claim_idle(&self, hctx: usize) -> bool {
-        !self.hctxs[hctx].one_at_a_time.load(Ordering::Relaxed) && self.claim_unqueued(hctx)
+        self.nothing_ahead(hctx)
+            && self.hctxs[hctx]
+                .run_claim
+                .compare_exchange(0, RUNNING, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+    }
+
+    /// Nothing on `hctx`'s dispatch list and the hardware not busy: a request may go to
+    /// the driver now, ahead of nothing (for its runner, or one about to claim it).
+    #[inline(always)]
+    pub(super) fn nothing_ahead(&self, hctx: usize) -> bool {
+        let h = &self.hctxs[hctx];
+        !h.one_at_a_time.load(Ordering::Relaxed) && h.dispatch_len.load(Ordering::SeqCst) == 0
     }
 
     /// Claims `hctx`'s runner when nothing is on its dispatch list and nobody runs it or

@@ -454,8 +454,7 @@ impl<D: Driver> RequestQueue<D> {
             // The caller runs `hctx` already: it issues, unless a run was asked for, the
             // dispatch list holds requests, or the hardware is busy, which go first.
             if h.run_claim.load(Ordering::SeqCst) & PENDING == 0
-                && h.dispatch_len.load(Ordering::SeqCst) == 0
-                && !h.one_at_a_time.load(Ordering::Relaxed)
+                && self.nothing_ahead(hctx)
                 && !self.halted(hctx)
             {
                 // Not held while issuing: a request the driver ends inside its `queue_rq`,
