@@ -22,16 +22,19 @@ impl<D: Driver> RequestQueue<D> {
         acct.writer(self.platform().exclusive_cpu(), cpu)
     }
 
-    /// The coarse clock's reading for a request about to be made for `hctx` (see
-    /// [`coarse_now_on`](Self::coarse_now_on)), when accounting is on:
+    /// The coarse clock's reading for a request about to be made (in the caller's batch on
+    /// hardware queue `batch`, the batch's reading: see `batch.rs`), when accounting is on:
     /// what its allocation stamps it with ([`QueueTags::alloc_with_bio`]'s `start`) and
     /// [`account_start`](Self::account_start) counts it at.
     ///
     /// [`QueueTags::alloc_with_bio`]: crate::QueueTags
     #[inline(always)]
-    pub(super) fn account_stamp(&self, hctx: usize) -> Option<u64> {
+    pub(super) fn account_stamp(&self, batch: Option<usize>) -> Option<u64> {
         self.acct.as_ref()?;
-        Some(self.coarse_now_on(hctx))
+        Some(match batch {
+            Some(hctx) => self.batch_now(hctx),
+            None => self.platform().coarse_now_ns(),
+        })
     }
 
     /// A request of `op` was made on `cpu` for `hctx` at `start` (from
@@ -106,7 +109,7 @@ impl<D: Driver> RequestQueue<D> {
         if let Some(group) = counted_group(io) {
             let writer = self.acct_writer(acct, || self.cpu());
             acct.done(writer, hctx, group, io.sectors(), io.alloc_ns, now, || {
-                self.coarse_now_on(hctx)
+                self.platform().coarse_now_ns()
             });
         }
     }

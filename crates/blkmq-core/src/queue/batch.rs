@@ -195,19 +195,9 @@ impl<D: Driver> RequestQueue<D> {
         }
     }
 
-    /// The coarse clock for a request of `hctx`: read now, or in the caller's batch on
-    /// `hctx`, the batch's reading (taken when it began, microseconds ago: the coarse clock
-    /// itself lags by up to a kernel tick).
-    #[inline(always)]
-    pub(super) fn coarse_now_on(&self, hctx: usize) -> u64 {
-        match self.holds_batch(hctx) {
-            Some(_) => self.batch_now(hctx),
-            None => self.platform().coarse_now_ns(),
-        }
-    }
-
-    /// The coarse clock's reading of the batch on `hctx` (see
-    /// [`coarse_now_on`](Self::coarse_now_on)); for its runner.
+    /// The coarse clock's reading of the batch on `hctx`, taken when it began,
+    /// microseconds ago (the coarse clock itself lags by up to a kernel tick); for its
+    /// runner.
     #[inline(always)]
     pub(super) fn batch_now(&self, hctx: usize) -> u64 {
         self.hctxs[hctx].batch_now.load(Ordering::Relaxed)

@@ -162,7 +162,12 @@ impl<D: Driver> RequestQueue<D> {
         let in_batch = core::cell::Cell::new(None);
         let first = |rq: &Rq, request: &Request<D::Payload>, io: &RqIo| {
             hctx = request.hctx();
-            in_batch.set(self.holds_batch(hctx).map(|_| hctx));
+            let batch = self.holds_batch(hctx).map(|_| hctx);
+            in_batch.set(batch);
+            // In the caller's batch, the batch's reading of the clock (`batch.rs`).
+            if let (Some(hctx), None) = (batch, *now) {
+                *now = Some(self.batch_now(hctx));
+            }
             self.trace_done(request, io, status);
             self.driver().complete(&self.cx(hctx), request);
             // A step of a flush sequence: the sequence goes on, the request stays.

@@ -202,7 +202,7 @@ impl<D: Driver> RequestQueue<D> {
         }
         let mut alloc = Alloc::new(hctx, cpu);
         alloc.shallow_depth = e.limit_depth(bio.op, bio.flags);
-        let start = self.account_stamp(hctx);
+        let start = self.account_stamp(None);
         let op = bio.op;
         let mut rq = match tags.alloc_with_bio(&alloc, bio, segments, start) {
             Ok(rq) => self.traced(crate::trace::Action::GetRq, rq),

@@ -342,7 +342,7 @@ impl<D: Driver> RequestQueue<D> {
             _ => None,
         };
         // The request the token names, where the cache had it at hand.
-        let start = self.account_stamp(hctx);
+        let start = self.account_stamp(batch.map(|_| hctx));
         let (mut rq, known) = match cached {
             Some((rq, request)) => (rq, Some(request)),
             None => match self
