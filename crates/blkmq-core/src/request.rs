@@ -24,8 +24,10 @@
 //! start, and [`Request::try_complete`] moves a request from in flight to complete only if
 //! the generation is still the one the caller saw. Of a timeout handler and an interrupt
 //! racing to end the same dispatch, exactly one wins; the other learns it lost and leaves the
-//! request alone. The owner's own moves (start, requeue) are compare-exchanges too, so one
-//! that loses to a `try_complete` fails instead of undoing it.
+//! request alone. A requeue, the owner's move out of flight, is a compare-exchange too, so
+//! one that loses to a `try_complete` fails instead of undoing it. The owner's start (from
+//! idle, which no `try_complete` touches) and its end (to complete, the word a winning
+//! `try_complete` writes as well) are plain stores.
 
 use core::cell::UnsafeCell;
 use core::fmt;
@@ -281,6 +283,41 @@ impl<T> Request<T> {
         // Release: whoever sees it in flight sees its deadline and start stamp.
         self.state.store(next, Ordering::Release);
         Ok(())
+    }
+
+    /// `Idle` or `InFlight` -> `Complete`: the owner's end of the request (from idle when it
+    /// ends before it was started); nothing when it is complete already.
+    ///
+    /// A load and a store, not a compare-exchange (a locked operation per I/O): the only
+    /// other writer of the state, a racing [`try_complete`](Self::try_complete), moves it
+    /// from in flight to complete within the same generation, so it writes the very word this
+    /// stores. A `try_complete` that wins read the start's store, so it comes right after
+    /// that store in the state's modification order, before this one; one that comes later
+    /// reads complete and loses. Either way no `try_complete` wins after this store, and the
+    /// owner's next store (the release) is the last.
+    #[inline(always)]
+    pub(crate) fn mark_complete(&self) {
+        #[cfg(not(loom))]
+        {
+            let word = self.state.load(Ordering::Acquire);
+            if matches!(decode_state(word), RqState::Idle | RqState::InFlight) {
+                let next = (word & !STATE_MASK) | RqState::Complete as u64;
+                self.state.store(next, Ordering::Release);
+            }
+        }
+        // Loom orders a plain store only after what its thread has seen, so it lets the store
+        // and a racing read-modify-write both follow the start's store, which the total
+        // modification order above rules out: under loom, the same move as one
+        // read-modify-write.
+        #[cfg(loom)]
+        {
+            let _ = self
+                .state
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |word| {
+                    matches!(decode_state(word), RqState::Idle | RqState::InFlight)
+                        .then_some((word & !STATE_MASK) | RqState::Complete as u64)
+                });
+        }
     }
 
     /// The generation and state read together.

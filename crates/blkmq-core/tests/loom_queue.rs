@@ -19,6 +19,9 @@
 //! The models through an elevator (a FIFO) check the same, and that a run which takes the
 //! elevator's last request and stops never strands a request inserted meanwhile.
 //!
+//! One more races a completion against a timeout handler's claim of the same dispatch: the
+//! owner's plain stores to the request's state against the handler's compare-exchange.
+//!
 //! The library's locks are `lock_api::Mutex<P::RawMutex, _>`. A spin lock on `core` atomics
 //! would spin where loom cannot see it, so the platform here supplies
 //! [`blkmq_core::testing::LoomRawMutex`], whose state is a loom atomic and whose waiting
@@ -34,11 +37,26 @@ use std::collections::VecDeque;
 use blkmq_core::testing::LoomRawMutex;
 use blkmq_core::{
     Bio, Driver, Elevator, ElvCx, HctxCx, Host, Op, Platform, QueueConfig, QueueLimits, Rejected,
-    Request, RequestInit, RequestQueue, Rq, Status, TagSet, TagSetBuilder, TagSetFlags,
+    Request, RequestInit, RequestQueue, Rq, RqState, Status, TagSet, TagSetBuilder, TagSetFlags,
+    TimeoutAction,
 };
 use loom::sync::Mutex;
-use loom::sync::atomic::{AtomicUsize, Ordering};
+use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::thread;
+
+loom::lazy_static! {
+    /// Whether the bio of [`completion_vs_a_timeout_handler`] has ended.
+    static ref BIO_ENDED: AtomicBool = AtomicBool::new(false);
+}
+
+/// The end of the bio of [`completion_vs_a_timeout_handler`].
+fn bio_ended(_: Bio, status: Status) {
+    assert_eq!(status, Status::Ok);
+    assert!(
+        !BIO_ENDED.swap(true, Ordering::SeqCst),
+        "the bio ended twice"
+    );
+}
 
 loom::thread_local! {
     /// The CPU the calling model thread runs on (0 unless it says otherwise).
@@ -111,6 +129,11 @@ struct Device {
     /// Calls of `queue_rq` under way, per hardware queue: never more than one (only a
     /// hardware queue's runner calls it).
     issuing: [AtomicUsize; 2],
+    /// Its timeout handler claims an expired request ([`Request::try_complete`]) rather
+    /// than resetting the timer.
+    claims: bool,
+    /// Claims it won.
+    won: AtomicUsize,
 }
 
 impl Device {
@@ -123,6 +146,16 @@ impl Device {
             taken: AtomicUsize::new(0),
             held: Mutex::new(Vec::new()),
             issuing: [AtomicUsize::new(0), AtomicUsize::new(0)],
+            claims: false,
+            won: AtomicUsize::new(0),
+        }
+    }
+
+    /// One whose timeout handler claims the expired request.
+    fn claiming(self) -> Self {
+        Self {
+            claims: true,
+            ..self
         }
     }
 
@@ -187,6 +220,23 @@ impl Driver for Device {
             Some(max) => Self::take(&self.budget_used, max),
             None => true,
         }
+    }
+
+    fn timeout(&self, _: &HctxCx<'_, Self>, request: &Request<()>) -> TimeoutAction {
+        if !self.claims {
+            return TimeoutAction::ResetTimer;
+        }
+        // Read before the claim: a bio that has ended was ended by an owner that had marked
+        // the request complete first, so the claim must lose.
+        let ended = BIO_ENDED.load(Ordering::SeqCst);
+        if request.try_complete(request.generation()) {
+            assert!(
+                !ended,
+                "a timeout handler won a request whose bio had ended"
+            );
+            self.won.fetch_add(1, Ordering::SeqCst);
+        }
+        TimeoutAction::Done
     }
 
     fn put_budget(&self, _: &HctxCx<'_, Self>) {
@@ -791,4 +841,46 @@ fn completion_in_a_run_batch_restarts_a_refused_submission() {
 #[test]
 fn give_up_in_a_run_batch_vs_completion() {
     run_batch_race(1, Step::Submit(64), Step::EndHeld);
+}
+
+/// An interrupt's completion (`end_request`, as the owner of the request) against a timeout
+/// handler that claims the same dispatch (`Request::try_complete`, from
+/// `check_timeouts`). The owner marks the request complete with a plain store: whichever
+/// order they take, the bio ends once, a claim never wins once the bio has ended (see
+/// [`Device::timeout`]), and afterwards the request is free, its tag back, and no claim of
+/// that dispatch wins.
+#[test]
+fn completion_vs_a_timeout_handler() {
+    model(None, || {
+        let world = Arc::new(World::new(
+            TagSet::builder(2),
+            1,
+            Device::new(1, None).claiming(),
+        ));
+        assert!(
+            world
+                .queue
+                .submit(Bio::new(Op::Read, 0, 8).end_io(bio_ended))
+                .is_ok()
+        );
+        let rq = world
+            .device()
+            .take_held()
+            .pop()
+            .expect("the device took it");
+        // The request stays where it is as long as the queue does.
+        let request = world.queue.request(&rq).unwrap();
+        let generation = request.generation();
+        let handler = {
+            let world = world.clone();
+            spawn(move || world.queue.check_timeouts(u64::MAX - 1))
+        };
+        world.queue.end_request(rq, Status::Ok).unwrap();
+        let fired = handler.join().unwrap();
+        assert!(BIO_ENDED.load(Ordering::SeqCst), "the bio never ended");
+        assert!(world.device().won.load(Ordering::SeqCst) <= fired);
+        assert_eq!(world.host.set().busy(), 0);
+        assert_eq!(request.snapshot(), (generation, RqState::Free));
+        assert!(!request.try_complete(generation));
+    });
 }

@@ -730,10 +730,9 @@ impl<T, P: Platform> QueueTags<T, P> {
             return Ok(Some(rq));
         }
         // From idle (ended before it was started) or in flight; already complete when a
-        // racing `try_complete` won, which leaves the ending to us all the same.
-        let _ = request
-            .transition(RqState::InFlight, RqState::Complete)
-            .or_else(|_| request.transition(RqState::Idle, RqState::Complete));
+        // racing `try_complete` won, which leaves the ending to us all the same. From here
+        // no `try_complete` wins.
+        request.mark_complete();
         // SAFETY: we own the token.
         let io = unsafe { request.io_mut() };
         io.end_bios_with(&self.set.bios, status, end);
