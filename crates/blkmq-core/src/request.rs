@@ -971,6 +971,43 @@ impl RqIo {
         self.start_ns
     }
 
+    /// The request's data as one device segment, where the request queue counted one, in a
+    /// named buffer ([`segments`](Self::segments) is 1): where its bytes start now (past what
+    /// a partial completion ended) and how many are left. `None` for any other request:
+    /// several segments, no buffer named, no data. A driver maps the common request, one
+    /// buffer, from it without a walk of the segments.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use blkmq_core::testing::Hold;
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// queue.submit(Bio::new(Op::Read, 0, 8).buffer(0x10_000)).unwrap();
+    /// queue.submit(Bio::new(Op::Read, 64, 8)).unwrap(); // no buffer named
+    /// let mut held = host.driver().take();
+    /// let io = queue.io(&held[0]).unwrap();
+    /// assert_eq!(io.single_segment(), Some(Segment::new(0x10_000, 4096)));
+    /// assert_eq!(queue.io(&held[1]).unwrap().single_segment(), None);
+    /// // Half of it done: the rest is one segment still.
+    /// assert!(queue.update_request(&mut held[0], 2048, Status::Ok).unwrap());
+    /// let io = queue.io(&held[0]).unwrap();
+    /// assert_eq!(io.single_segment(), Some(Segment::new(0x10_800, 2048)));
+    /// # queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok))).unwrap();
+    /// ```
+    #[inline]
+    pub fn single_segment(&self) -> Option<Segment> {
+        if self.seg_nr != 1 | BACK_MAPPED {
+            return None;
+        }
+        let first = self.first.as_ref()?;
+        let addr = first
+            .data
+            .start_addr(first.sector * crate::bio::SECTOR_SIZE);
+        // One segment holds at most `u32::MAX` bytes.
+        let bytes = u32::try_from(self.sectors * crate::bio::SECTOR_SIZE).ok()?;
+        Some(Segment::new(addr, bytes))
+    }
+
     /// The first bio, if any.
     ///
     /// ```

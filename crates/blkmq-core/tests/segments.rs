@@ -126,11 +126,23 @@ fn submit_held(
         let waiter = s.spawn(|| queue.submit_and_wait_with(bio, segs));
         let mut seen: Vec<(u64, u64, Vec<Segment>)> = Vec::new();
         let mut covered = 0u64;
+        let mut views = Vec::new();
         while covered < u64::from(bio.sectors) {
             for rq in host.driver().take() {
                 let io = queue.io(&rq).unwrap();
                 let (at, len) = (io.sector(), io.sectors());
                 let piece: Vec<Segment> = queue.segments(&rq).unwrap().collect();
+                // The one-segment view is the bytes the walk names, where they are one run
+                // within the segment size (checked once the bio has ended: a panic here
+                // would leave its waiter waiting).
+                let max = u64::from(queue.limits().max_segment_size);
+                let one = match flatten(piece.iter().copied()).as_slice() {
+                    [(start, end)] if end - start <= max => {
+                        Some(Segment::new(*start, (end - start) as u32))
+                    }
+                    _ => None,
+                };
+                views.push((at, io.single_segment(), one));
                 let bytes: u64 = piece.iter().map(|s| u64::from(s.len)).sum();
                 assert_eq!(bytes, len * SECTOR_SIZE, "piece at {at} of {len} sectors");
                 assert!(len <= u64::from(queue.limits().max_sectors));
@@ -141,6 +153,9 @@ fn submit_held(
             std::thread::yield_now();
         }
         let status = waiter.join().unwrap();
+        for (at, view, walked) in views {
+            assert_eq!(view, walked, "the one segment of the piece at {at}");
+        }
         seen.sort_by_key(|p| p.0);
         let mut next = bio.sector;
         for (at, len, _) in &seen {
@@ -151,4 +166,65 @@ fn submit_held(
         assert_eq!(walked, flatten(segs.iter().copied()));
         status
     })
+}
+
+/// `RqIo::single_segment`: the request's data where the queue counted it one segment in a
+/// named buffer, following partial completions; nothing for anything else.
+#[test]
+fn a_request_of_one_segment_shows_it() {
+    let limits = QueueLimits {
+        max_segment_size: 8192,
+        ..QueueLimits::new(1 << 20)
+    };
+    let host = Host::new(TagSet::builder(16), StdPlatform::new(), Hold::new()).unwrap();
+    let queue = host.add_queue(QueueConfig::new(limits)).unwrap();
+    // Two bios whose buffers follow each other merge into one request of one segment.
+    let mut plug = blkmq_core::Plug::new();
+    queue
+        .submit_plugged(&mut plug, Bio::new(Op::Write, 0, 8).buffer(0x10_0000))
+        .unwrap();
+    queue
+        .submit_plugged(&mut plug, Bio::new(Op::Write, 8, 8).buffer(0x10_1000))
+        .unwrap();
+    drop(plug);
+    let mut held = host.driver().take();
+    assert_eq!(held.len(), 1);
+    let io = queue.io(&held[0]).unwrap();
+    assert_eq!((io.nr_bios(), io.segments()), (2, 1));
+    assert_eq!(io.single_segment(), Some(Segment::new(0x10_0000, 8192)));
+    // Partly done, into the second bio: the rest, from where it starts now.
+    assert!(
+        queue
+            .update_request(&mut held[0], 5120, Status::Ok)
+            .unwrap()
+    );
+    let io = queue.io(&held[0]).unwrap();
+    assert_eq!(io.single_segment(), Some(Segment::new(0x10_1400, 3072)));
+    queue.end_request(held.pop().unwrap(), Status::Ok).unwrap();
+
+    // Not one segment in a named buffer: no buffer, two runs, past the segment size.
+    static TWO: [Segment; 2] = [Segment::new(0x20_0000, 2048), Segment::new(0x30_0000, 2048)];
+    queue.submit(Bio::new(Op::Read, 64, 8)).unwrap();
+    queue
+        .submit(Bio::new(Op::Read, 128, 8).segments(&TWO))
+        .unwrap();
+    queue
+        .submit(Bio::new(Op::Read, 256, 32).buffer(0x40_0000))
+        .unwrap();
+    let held = host.driver().take();
+    assert_eq!(held.len(), 3);
+    for rq in &held {
+        assert_eq!(queue.io(rq).unwrap().single_segment(), None);
+    }
+    // One segment of a table: shown as well.
+    static ONE: [Segment; 1] = [Segment::new(0x50_0000, 4096)];
+    queue
+        .submit(Bio::new(Op::Read, 1024, 8).segments(&ONE))
+        .unwrap();
+    let rq = host.driver().take().pop().unwrap();
+    assert_eq!(queue.io(&rq).unwrap().single_segment(), Some(ONE[0]));
+    queue.end_request(rq, Status::Ok).unwrap();
+    queue
+        .end_requests(held.into_iter().map(|rq| (rq, Status::Ok)))
+        .unwrap();
 }

@@ -490,10 +490,10 @@ impl Shared {
                     *slot.rq.get() = Some(rq);
                     *slot.bytes.get() = op.bytes;
                 }
-                let entry = op.entry();
-                if self.hold(hctx, &entry) {
+                if self.hold(hctx, &op) {
                     return Ok(());
                 }
+                let entry = op.entry();
                 let (pushed, enter) = {
                     let mut sq = ring.sq.lock().unwrap_or_else(|e| e.into_inner());
                     // SAFETY: the lock makes us the submission queue's one producer; the
@@ -530,10 +530,10 @@ impl Shared {
         }
     }
 
-    /// On the reaper of ring `hctx` ending requests: keeps `entry` for the push at the end
-    /// of its batch, and says so; elsewhere false.
+    /// On the reaper of ring `hctx` ending requests: keeps the entry of `op` for the push at
+    /// the end of its batch, and says so; elsewhere false.
     #[inline]
-    fn hold(&self, hctx: usize, entry: &squeue::Entry) -> bool {
+    fn hold(&self, hctx: usize, op: &Prepared) -> bool {
         let (disk, own, _) = BATCH.with(|batch| batch.get());
         if !std::ptr::eq(disk, self) || own != hctx {
             return false;
@@ -542,7 +542,7 @@ impl Shared {
         // and ring): the one user of `held`.
         let held = unsafe { &mut *self.rings[hctx].held.get() };
         // Room for every tag, each with one operation at most: never grows.
-        held.push(entry.clone());
+        held.push(op.entry());
         true
     }
 
@@ -567,17 +567,50 @@ impl Shared {
         if !self.serves(queue) {
             return Err(Status::IoErr);
         }
-        let request = queue.request(rq).ok_or(Status::IoErr)?;
+        let (request, io) = queue.request_and_io(rq).ok_or(Status::IoErr)?;
         let tag = request.driver_tag() as usize;
         if tag >= self.depth {
             return Err(Status::IoErr);
         }
-        let io = queue.io(rq).ok_or(Status::IoErr)?;
         let mut fd = self.file.as_raw_fd();
         let offset = io.sector() * SECTOR_SIZE;
         let len = io.sectors() * SECTOR_SIZE;
         let (kind, addr, count, rw_flags) = match io.op() {
             op @ (Op::Read | Op::Write) => {
+                let flags = if op == Op::Write && io.flags().contains(BioFlags::FUA) {
+                    libc::RWF_DSYNC
+                } else {
+                    0
+                };
+                // One segment in a named buffer, the whole request (the common case): a
+                // plain read or write of it, with no walk of the request's segments.
+                if let Some(seg) = io
+                    .single_segment()
+                    .filter(|seg| u64::from(seg.len) == len && len != 0)
+                {
+                    let mask = u64::from(self.block) - 1;
+                    if (seg.addr | u64::from(seg.len)) & mask != 0 {
+                        if let Some(buffered) = &self.buffered {
+                            fd = buffered.as_raw_fd();
+                        }
+                    }
+                    let kind = if op == Op::Read {
+                        Kind::Read
+                    } else {
+                        Kind::Write
+                    };
+                    return Ok(Prepared {
+                        kind,
+                        fd,
+                        offset,
+                        addr: seg.addr,
+                        count: seg.len,
+                        len,
+                        rw_flags: flags,
+                        tag,
+                        bytes: len,
+                    });
+                }
                 // Addresses are only ever this process's pointers: a bio naming no buffer
                 // has none to move.
                 let mapped = match io.first_bio() {
@@ -604,28 +637,8 @@ impl Shared {
                 let mut n = 0usize;
                 let mask = u64::from(self.block) - 1;
                 let mut unaligned = 0u64;
-                // One bio of one buffer (the common case): its one segment is the whole
-                // request, read off the bio without a walk of the request's segments.
-                let whole = match io.first_bio() {
-                    Some(bio) if io.nr_bios() == 1 && bio.data.is_contiguous() => bio
-                        .segs()
-                        .next()
-                        .filter(|seg| u64::from(seg.len) == len && len != 0),
-                    _ => None,
-                };
-                if let Some(seg) = whole {
-                    first = libc::iovec {
-                        iov_base: seg.addr as *mut libc::c_void,
-                        iov_len: seg.len as usize,
-                    };
-                    n = 1;
-                    unaligned = seg.addr | u64::from(seg.len);
-                }
-                let segments = match whole {
-                    Some(_) => None,
-                    None => Some(queue.segments(rq).ok_or(Status::IoErr)?),
-                };
-                for seg in segments.into_iter().flatten() {
+                let segments = queue.segments(rq).ok_or(Status::IoErr)?;
+                for seg in segments {
                     if seg.len == 0 {
                         continue;
                     }
@@ -659,11 +672,6 @@ impl Shared {
                         fd = buffered.as_raw_fd();
                     }
                 }
-                let flags = if op == Op::Write && io.flags().contains(BioFlags::FUA) {
-                    libc::RWF_DSYNC
-                } else {
-                    0
-                };
                 // One buffer: a plain read or write, which spares the kernel the iovec.
                 match (op, n) {
                     (Op::Read, 1) => (Kind::Read, first.iov_base as u64, first.iov_len, 0),

@@ -634,6 +634,27 @@ impl<D: Driver> RequestQueue<D> {
         self.tags().request(rq).ok()
     }
 
+    /// The shared side of one of this queue's requests and the I/O it carries, found with
+    /// one look-up: [`request`](Self::request) and [`io`](Self::io) at once.
+    ///
+    /// ```
+    /// # use blkmq_core::*;
+    /// # use blkmq_core::testing::Hold;
+    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
+    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
+    /// let other = host.add_queue(QueueConfig::new(QueueLimits::new(64))).unwrap();
+    /// queue.submit(Bio::new(Op::Write, 16, 8)).unwrap();
+    /// let rq = host.driver().take().pop().unwrap();
+    /// let (request, io) = queue.request_and_io(&rq).unwrap();
+    /// assert_eq!((request.tag(), io.sector()), (rq.tag(), 16));
+    /// assert!(other.request_and_io(&rq).is_none()); // not a request of `other`
+    /// queue.end_request(rq, Status::Ok).unwrap();
+    /// ```
+    #[inline]
+    pub fn request_and_io<'a>(&'a self, rq: &'a Rq) -> Option<(&'a Request<D::Payload>, &'a RqIo)> {
+        self.tags().request_and_io(rq).ok()
+    }
+
     /// The I/O of one of this queue's requests.
     ///
     /// ```
