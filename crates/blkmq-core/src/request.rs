@@ -33,7 +33,7 @@ use core::cell::UnsafeCell;
 use core::fmt;
 
 use crate::bio::{Bio, BioFlags, IoPrio, IssuerId, Op, Status};
-use crate::segment::{SegSpan, Segment};
+use crate::segment::SegSpan;
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
 mod data;
@@ -745,75 +745,6 @@ impl RqIo {
         self.set_span(SegSpan::EMPTY);
     }
 
-    /// The chain's data segments as the request queue counted them: how many, and the first
-    /// and the last.
-    #[inline]
-    pub(crate) fn span(&self) -> SegSpan {
-        let Some(first) = &self.first else {
-            return SegSpan::EMPTY;
-        };
-        let front_addr = first
-            .data
-            .start_addr(first.sector * crate::bio::SECTOR_SIZE);
-        SegSpan::from_parts(
-            Segment::new(front_addr, self.seg_front_len),
-            Segment::new(self.seg_back_addr, self.seg_back_len),
-            self.seg_nr & !BACK_MAPPED,
-            first.data.is_mapped(),
-            self.seg_nr & BACK_MAPPED != 0,
-        )
-    }
-
-    /// Records the chain's data segments (`span`, whose first starts where the first bio's
-    /// data does).
-    #[inline(always)]
-    pub(crate) fn set_span(&mut self, span: SegSpan) {
-        let back = span.back();
-        let mapped = if span.back_mapped() { BACK_MAPPED } else { 0 };
-        self.seg_nr = span.nr().min(!BACK_MAPPED) | mapped;
-        self.seg_front_len = span.front().len;
-        self.seg_back_addr = back.addr;
-        self.seg_back_len = back.len;
-    }
-
-    /// Data segments of the chain, as the request queue counted them against its limits:
-    /// each bio's segments cut to the segment size and boundary, physically contiguous
-    /// neighbours (within a bio, and across two merged bios) counted once. Never fewer than
-    /// [`RequestQueue::map_sg`](crate::RequestQueue::map_sg) uses, so a table of
-    /// `max_segments` entries always holds the request. Zero for a request built through
-    /// [`QueueTags`](crate::QueueTags) alone.
-    ///
-    /// ```
-    /// use blkmq_core::{Alloc, StdPlatform, TagSet};
-    ///
-    /// let set = TagSet::builder(4).build(StdPlatform::new(), |_| ()).unwrap();
-    /// let queue = set.attach().unwrap();
-    /// let rq = queue.alloc(&Alloc::new(0, 0)).unwrap();
-    /// assert_eq!(queue.io(&rq).unwrap().segments(), 0);
-    /// queue.free(rq).unwrap();
-    /// ```
-    ///
-    /// Through a request queue:
-    ///
-    /// ```
-    /// # use blkmq_core::*;
-    /// # use blkmq_core::testing::Hold;
-    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
-    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
-    /// let mut plug = Plug::new();
-    /// queue.submit_plugged(&mut plug, Bio::new(Op::Write, 0, 8).buffer(0x1_0000)).unwrap();
-    /// queue.submit_plugged(&mut plug, Bio::new(Op::Write, 8, 8).buffer(0x1_1000)).unwrap();
-    /// queue.submit_plugged(&mut plug, Bio::new(Op::Write, 16, 8).buffer(0x8_0000)).unwrap();
-    /// drop(plug);
-    /// let rq = host.driver().take().pop().unwrap();
-    /// // The first two bios are contiguous: one segment; the third starts another.
-    /// assert_eq!(queue.io(&rq).unwrap().segments(), 2);
-    /// queue.end_request(rq, Status::Ok).unwrap();
-    /// ```
-    pub fn segments(&self) -> u32 {
-        self.seg_nr & !BACK_MAPPED
-    }
-
     /// The operation (that of the first bio).
     ///
     /// ```
@@ -969,43 +900,6 @@ impl RqIo {
     /// ```
     pub fn start_ns(&self) -> u64 {
         self.start_ns
-    }
-
-    /// The request's data as one device segment, where the request queue counted one, in a
-    /// named buffer ([`segments`](Self::segments) is 1): where its bytes start now (past what
-    /// a partial completion ended) and how many are left. `None` for any other request:
-    /// several segments, no buffer named, no data. A driver maps the common request, one
-    /// buffer, from it without a walk of the segments.
-    ///
-    /// ```
-    /// # use blkmq_core::*;
-    /// # use blkmq_core::testing::Hold;
-    /// # let host = Host::new(TagSet::builder(8), StdPlatform::new(), Hold::new()).unwrap();
-    /// # let queue = host.add_queue(QueueConfig::new(QueueLimits::new(1024))).unwrap();
-    /// queue.submit(Bio::new(Op::Read, 0, 8).buffer(0x10_000)).unwrap();
-    /// queue.submit(Bio::new(Op::Read, 64, 8)).unwrap(); // no buffer named
-    /// let mut held = host.driver().take();
-    /// let io = queue.io(&held[0]).unwrap();
-    /// assert_eq!(io.single_segment(), Some(Segment::new(0x10_000, 4096)));
-    /// assert_eq!(queue.io(&held[1]).unwrap().single_segment(), None);
-    /// // Half of it done: the rest is one segment still.
-    /// assert!(queue.update_request(&mut held[0], 2048, Status::Ok).unwrap());
-    /// let io = queue.io(&held[0]).unwrap();
-    /// assert_eq!(io.single_segment(), Some(Segment::new(0x10_800, 2048)));
-    /// # queue.end_requests(held.into_iter().map(|rq| (rq, Status::Ok))).unwrap();
-    /// ```
-    #[inline]
-    pub fn single_segment(&self) -> Option<Segment> {
-        if self.seg_nr != 1 | BACK_MAPPED {
-            return None;
-        }
-        let first = self.first.as_ref()?;
-        let addr = first
-            .data
-            .start_addr(first.sector * crate::bio::SECTOR_SIZE);
-        // One segment holds at most `u32::MAX` bytes.
-        let bytes = u32::try_from(self.sectors * crate::bio::SECTOR_SIZE).ok()?;
-        Some(Segment::new(addr, bytes))
     }
 
     /// The first bio, if any.
