@@ -427,7 +427,10 @@ mod std_platform {
     ///   (`CLOCK_MONOTONIC` on Linux, [`Instant`](std::time::Instant) elsewhere). On Linux
     ///   the coarse reading is `CLOCK_MONOTONIC_COARSE`, which lags by at most a kernel
     ///   tick and costs a fraction of a precise read; elsewhere it is the precise one.
-    /// * Lock: a spinlock (`spin::mutex::SpinMutex`).
+    /// * Lock: `parking_lot`'s raw mutex, which spins a little, then parks the thread. Threads
+    ///   share their CPUs with others, and a holder may be preempted: under a pure spin lock
+    ///   a waiter spun through the holder's whole time slice (at two threads, one to three
+    ///   microseconds of CPU per I/O through an elevator on a 2-CPU machine).
     /// * Runtime ([`new`](Self::new), [`with_cpus`](Self::with_cpus)): the first host made
     ///   on the platform starts a worker thread. It calls every attached host's
     ///   [`Host::service`](crate::Host::service) when kicked, when a
@@ -808,7 +811,7 @@ mod std_platform {
     }
 
     impl Platform for StdPlatform {
-        type RawMutex = spin::mutex::SpinMutex<()>;
+        type RawMutex = parking_lot::RawMutex;
 
         fn nr_cpus(&self) -> usize {
             self.inner.nr_cpus
