@@ -577,53 +577,6 @@ impl Shared {
         let len = io.sectors() * SECTOR_SIZE;
         let (kind, addr, count, rw_flags) = match io.op() {
             op @ (Op::Read | Op::Write) => {
-                let flags = if op == Op::Write && io.flags().contains(BioFlags::FUA) {
-                    libc::RWF_DSYNC
-                } else {
-                    0
-                };
-                // One segment in a named buffer, the whole request (the common case): a
-                // plain read or write of it, with no walk of the request's segments.
-                if let Some(seg) = io
-                    .single_segment()
-                    .filter(|seg| u64::from(seg.len) == len && len != 0)
-                {
-                    let mask = u64::from(self.block) - 1;
-                    if (seg.addr | u64::from(seg.len)) & mask != 0 {
-                        if let Some(buffered) = &self.buffered {
-                            fd = buffered.as_raw_fd();
-                        }
-                    }
-                    let kind = if op == Op::Read {
-                        Kind::Read
-                    } else {
-                        Kind::Write
-                    };
-                    return Ok(Prepared {
-                        kind,
-                        fd,
-                        offset,
-                        addr: seg.addr,
-                        count: seg.len,
-                        len,
-                        rw_flags: flags,
-                        tag,
-                        bytes: len,
-                    });
-                }
-                // Addresses are only ever this process's pointers: a bio naming no buffer
-                // has none to move.
-                let mapped = match io.first_bio() {
-                    Some(first) if io.nr_bios() == 1 => first.data.is_mapped(),
-                    _ => {
-                        let mut mapped = true;
-                        queue.for_each_bio(rq, |bio| mapped &= bio.data.is_mapped());
-                        mapped
-                    }
-                };
-                if !mapped {
-                    return Err(Status::Invalid);
-                }
                 let table = request.payload();
                 // SAFETY: we hold the request's token: nobody else touches its table.
                 let iov = unsafe { &mut *table.iov.get() };
@@ -635,43 +588,68 @@ impl Shared {
                     iov_len: 0,
                 };
                 let mut n = 0usize;
-                let mask = u64::from(self.block) - 1;
                 let mut unaligned = 0u64;
-                let segments = queue.segments(rq).ok_or(Status::IoErr)?;
-                for seg in segments {
-                    if seg.len == 0 {
-                        continue;
+                match io.single_segment().filter(|seg| seg.len != 0) {
+                    // One segment in a named buffer (the common case): the whole request,
+                    // without a walk of its bios or its segments.
+                    Some(seg) => {
+                        first = libc::iovec {
+                            iov_base: seg.addr as *mut libc::c_void,
+                            iov_len: seg.len as usize,
+                        };
+                        n = 1;
+                        unaligned = seg.addr | u64::from(seg.len);
                     }
-                    unaligned |= seg.addr | u64::from(seg.len);
-                    if n > 0 {
-                        let prev = if n == 1 { &mut first } else { &mut iov[n - 1] };
-                        if prev.iov_base as u64 + prev.iov_len as u64 == seg.addr {
-                            prev.iov_len += seg.len as usize;
-                            continue;
+                    None => {
+                        // Addresses are only ever this process's pointers: a bio naming no
+                        // buffer has none to move.
+                        let mut mapped = true;
+                        queue.for_each_bio(rq, |bio| mapped &= bio.data.is_mapped());
+                        if !mapped {
+                            return Err(Status::Invalid);
+                        }
+                        let segments = queue.segments(rq).ok_or(Status::IoErr)?;
+                        for seg in segments {
+                            if seg.len == 0 {
+                                continue;
+                            }
+                            unaligned |= seg.addr | u64::from(seg.len);
+                            if n > 0 {
+                                let prev = if n == 1 { &mut first } else { &mut iov[n - 1] };
+                                if prev.iov_base as u64 + prev.iov_len as u64 == seg.addr {
+                                    prev.iov_len += seg.len as usize;
+                                    continue;
+                                }
+                            }
+                            let entry = libc::iovec {
+                                iov_base: seg.addr as *mut libc::c_void,
+                                iov_len: seg.len as usize,
+                            };
+                            if n == 0 && !iov.is_empty() {
+                                first = entry;
+                            } else {
+                                let Some(slot) = iov.get_mut(n) else {
+                                    return Err(Status::Invalid);
+                                };
+                                *slot = entry;
+                            }
+                            n += 1;
+                        }
+                        if n > 1 {
+                            iov[0] = first;
                         }
                     }
-                    let entry = libc::iovec {
-                        iov_base: seg.addr as *mut libc::c_void,
-                        iov_len: seg.len as usize,
-                    };
-                    if n == 0 && !iov.is_empty() {
-                        first = entry;
-                    } else {
-                        let Some(slot) = iov.get_mut(n) else {
-                            return Err(Status::Invalid);
-                        };
-                        *slot = entry;
-                    }
-                    n += 1;
                 }
-                if n > 1 {
-                    iov[0] = first;
-                }
-                if unaligned & mask != 0 {
+                if unaligned & (u64::from(self.block) - 1) != 0 {
                     if let Some(buffered) = &self.buffered {
                         fd = buffered.as_raw_fd();
                     }
                 }
+                let flags = if op == Op::Write && io.flags().contains(BioFlags::FUA) {
+                    libc::RWF_DSYNC
+                } else {
+                    0
+                };
                 // One buffer: a plain read or write, which spares the kernel the iovec.
                 match (op, n) {
                     (Op::Read, 1) => (Kind::Read, first.iov_base as u64, first.iov_len, 0),

@@ -225,9 +225,7 @@ impl RqIo {
         let Some(first) = &self.first else {
             return SegSpan::EMPTY;
         };
-        let front_addr = first
-            .data
-            .start_addr(first.sector * crate::bio::SECTOR_SIZE);
+        let front_addr = first.data.start_addr(first.sector * SECTOR_SIZE);
         SegSpan::from_parts(
             Segment::new(front_addr, self.seg_front_len),
             Segment::new(self.seg_back_addr, self.seg_back_len),
@@ -316,11 +314,9 @@ impl RqIo {
             return None;
         }
         let first = self.first.as_ref()?;
-        let addr = first
-            .data
-            .start_addr(first.sector * crate::bio::SECTOR_SIZE);
+        let addr = first.data.start_addr(first.sector * SECTOR_SIZE);
         // One segment holds at most `u32::MAX` bytes.
-        let bytes = u32::try_from(self.sectors * crate::bio::SECTOR_SIZE).ok()?;
+        let bytes = u32::try_from(self.sectors * SECTOR_SIZE).ok()?;
         Some(Segment::new(addr, bytes))
     }
 }
